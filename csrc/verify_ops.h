@@ -1,0 +1,37 @@
+// The ops as registered in torch-ext/torch_binding.cpp (schemas there).
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+
+namespace spec_verify {
+
+// -> int64 [2]: (n_accepted, next_token)
+at::Tensor verify_greedy(const at::Tensor& target_probs, const at::Tensor& draft_tokens);
+
+// -> int64 [2]: (n_accepted, next_token)
+at::Tensor verify_sampled(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                          const at::Tensor& draft_tokens, const std::optional<at::Tensor>& uniforms,
+                          std::optional<at::Generator> generator);
+
+// -> (n_accepted [B], next_token [B]), int64
+std::tuple<at::Tensor, at::Tensor> verify_greedy_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens);
+
+std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator);
+
+// "arch=x86_64;isa=AVX512;compiled=DEFAULT,AVX2,AVX512;float_lanes=16"
+std::string build_info();
+
+// An empty op: the floor of a call through the dispatcher (bench only).
+void noop(const at::Tensor& x);
+
+}  // namespace spec_verify

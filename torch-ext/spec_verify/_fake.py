@@ -1,0 +1,42 @@
+"""Fake (meta) implementations: output shapes without running the kernel.
+
+They let the ops trace under torch.compile / torch.export and pass
+torch.library.opcheck. Every op's outputs are small int64 tensors whose shape
+depends only on the input shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._ops import add_op_namespace_prefix
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_greedy"))
+def _verify_greedy_fake(target_probs, draft_tokens):
+    return target_probs.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_sampled"))
+def _verify_sampled_fake(target_probs, draft_probs, draft_tokens, uniforms=None, generator=None):
+    return target_probs.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_greedy_batched"))
+def _verify_greedy_batched_fake(target_probs, draft_tokens, num_draft_tokens=None):
+    batch = draft_tokens.shape[0]
+    return (
+        target_probs.new_empty((batch,), dtype=torch.int64),
+        target_probs.new_empty((batch,), dtype=torch.int64),
+    )
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_sampled_batched"))
+def _verify_sampled_batched_fake(
+    target_probs, draft_probs, draft_tokens, num_draft_tokens=None, uniforms=None, generator=None
+):
+    batch = draft_tokens.shape[0]
+    return (
+        target_probs.new_empty((batch,), dtype=torch.int64),
+        target_probs.new_empty((batch,), dtype=torch.int64),
+    )

@@ -1,0 +1,42 @@
+// Op schemas, defined once, and their CPU implementations.
+//
+// SV_OPS_NAMESPACE is unique per build (tools/build_kernel.py derives it from
+// a hash of the sources), so two builds of this kernel can live in one
+// process, as `kernels` requires.
+#include <torch/all.h>
+#include <torch/library.h>
+
+#include "../csrc/verify_ops.h"
+
+#ifndef SV_OPS_NAMESPACE
+#error "SV_OPS_NAMESPACE must name the op namespace (set by tools/build_kernel.py)"
+#endif
+
+// One level of indirection so the macro expands before TORCH_LIBRARY pastes it.
+#define SV_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define SV_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+
+SV_LIBRARY(SV_OPS_NAMESPACE, m) {
+  m.def("verify_greedy(Tensor target_probs, Tensor draft_tokens) -> Tensor");
+  m.def(
+      "verify_sampled(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
+      "Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+  m.def(
+      "verify_greedy_batched(Tensor target_probs, Tensor draft_tokens, "
+      "Tensor? num_draft_tokens=None) -> (Tensor, Tensor)");
+  m.def(
+      "verify_sampled_batched(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
+      "Tensor? num_draft_tokens=None, Tensor? uniforms=None, Generator? generator=None) "
+      "-> (Tensor, Tensor)");
+  // No tensors in or out: registered for every backend.
+  m.def("build_info() -> str", &spec_verify::build_info);
+  m.def("noop(Tensor x) -> ()");
+}
+
+SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
+  m.impl("verify_greedy", &spec_verify::verify_greedy);
+  m.impl("verify_sampled", &spec_verify::verify_sampled);
+  m.impl("verify_greedy_batched", &spec_verify::verify_greedy_batched);
+  m.impl("verify_sampled_batched", &spec_verify::verify_sampled_batched);
+  m.impl("noop", &spec_verify::noop);
+}
