@@ -107,9 +107,10 @@ def _check_prob_row(row64: torch.Tensor, name: str, index: tuple[int, ...]) -> f
 
 def _argmax_row(row: torch.Tensor, name: str, index: tuple[int, ...]) -> int:
     row32 = row.float()
-    if bool(torch.isnan(row32).any()):
-        where = ", ".join(str(i) for i in index)
-        raise ValueError(f"{name}[{where}] contains NaN: argmax is undefined")
+    nan = torch.isnan(row32)
+    if bool(nan.any()):
+        where = ", ".join(str(i) for i in (*index, int(nan.nonzero()[0, 0])))
+        raise ValueError(f"{name}[{where}] is NaN: argmax is undefined")
     # torch.argmax returns the first maximal index: ties go to the lowest id.
     return int(torch.argmax(row32))
 

@@ -1,0 +1,232 @@
+"""Fast path == reference path, token for token, for the same uniforms.
+
+The reference (`sv.reference`, pure torch, one row at a time) is the contract;
+the C++ kernel must emit the same (n_accepted, next_token) on every case:
+odd vocabulary sizes that exercise the SIMD tails, K from 0 to 8, three
+dtypes, two token dtypes, exact ties, -inf logits, denormals, and scales from
+1e-30 to 1e30.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+VOCABS = [1, 2, 7, 15, 16, 17, 83, 111, 989, 32000, 128256]
+KS = [0, 1, 4, 8]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOKEN_DTYPES = [torch.int64, torch.int32]
+
+
+def _trials(vocab: int) -> int:
+    # Fewer trials where a row is large: the reference is slow there.
+    return 3 if vocab >= 32000 else 12
+
+
+def _random_rows(gen, rows, vocab, dtype, sharpness=3.0, zeros=0.0):
+    """Positive rows with a heavy head; a fraction `zeros` of exact zeros."""
+    x = (torch.rand(rows, vocab, generator=gen) ** sharpness).clamp_min(1e-4)  # no underflow in 16 bits
+    if zeros:
+        x = x * (torch.rand(rows, vocab, generator=gen) >= zeros)
+        x[:, 0] += 1e-3  # keep every row's mass positive
+    return x.to(dtype)
+
+
+def _draft_tokens(gen, draft_probs, target_probs, token_dtype, agree):
+    """Draft tokens sampled from the draft rows; with prob. `agree` per
+    position, the target's argmax instead (so greedy runs past row 0)."""
+    k = draft_probs.shape[0]
+    if k == 0:
+        return torch.empty(0, dtype=token_dtype)
+    sampled = torch.multinomial(draft_probs.float(), 1, generator=gen).flatten()
+    greedy = target_probs[:k].float().argmax(-1)
+    pick = torch.rand(k, generator=gen) < agree
+    return torch.where(pick, greedy, sampled).to(token_dtype)
+
+
+def _assert_same(fast, ref, context):
+    assert fast == ref, f"fast {fast} != reference {ref} for {context}"
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+@pytest.mark.parametrize("k", KS)
+def test_greedy_matches_reference(sv, vocab, k):
+    gen = torch.Generator().manual_seed(vocab * 31 + k)
+    for dtype, token_dtype in itertools.product(DTYPES, TOKEN_DTYPES):
+        for trial in range(_trials(vocab)):
+            target = _random_rows(gen, k + 1, vocab, dtype)
+            draft = _random_rows(gen, k, vocab, dtype)
+            tokens = _draft_tokens(gen, draft, target, token_dtype, agree=0.8)
+            _assert_same(
+                sv.verify_greedy(target, tokens),
+                sv.reference.verify_greedy(target, tokens),
+                dict(vocab=vocab, k=k, dtype=dtype, trial=trial),
+            )
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+@pytest.mark.parametrize("k", KS)
+def test_sampled_matches_reference(sv, vocab, k):
+    gen = torch.Generator().manual_seed(vocab * 17 + k)
+    for dtype, token_dtype in itertools.product(DTYPES, TOKEN_DTYPES):
+        for trial in range(_trials(vocab)):
+            target = _random_rows(gen, k + 1, vocab, dtype, zeros=0.3 * (trial % 2))
+            # Half the trials: a draft close to the target, so runs get long.
+            noise = _random_rows(gen, k, vocab, dtype)
+            draft = (target[:k].float() + (trial % 2) * noise.float()).to(dtype)
+            draft[:, 0] = draft[:, 0].float() + 1e-3
+            tokens = _draft_tokens(gen, draft, target, token_dtype, agree=0.0)
+            uniforms = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+            _assert_same(
+                sv.verify_sampled(target, draft, tokens, uniforms=uniforms),
+                sv.reference.verify_sampled(target, draft, tokens, uniforms=uniforms),
+                dict(vocab=vocab, k=k, dtype=dtype, trial=trial, uniforms=uniforms.tolist()),
+            )
+
+
+def test_greedy_exact_ties_go_to_lowest_id(sv):
+    # Maxima repeated across SIMD blocks, lanes and tails.
+    for vocab in [2, 17, 989, 32000, 128256]:
+        row = torch.zeros(vocab)
+        ties = sorted({vocab - 1, vocab // 2, vocab // 3, 5 % vocab})
+        row[ties] = 1.0
+        target = row.repeat(2, 1)
+        expected = int(torch.argmax(row))  # torch's rule: the first maximum
+        assert expected == ties[0]
+        assert sv.verify_greedy(target, torch.tensor([expected])) == (1, expected)
+        assert sv.verify_greedy(target, torch.tensor([ties[-1]])) == (0, expected)
+
+
+def test_greedy_all_equal_and_all_neg_inf(sv):
+    for vocab in [1, 7, 1000]:
+        for fill in [0.0, -float("inf"), 3.5, -0.0]:
+            target = torch.full((3, vocab), fill)
+            assert sv.verify_greedy(target, torch.tensor([0, 0])) == (2, 0)
+
+
+def test_greedy_neg_inf_logits(sv):
+    gen = torch.Generator().manual_seed(1)
+    for vocab in [7, 83, 32000]:
+        logits = torch.randn(5, vocab, generator=gen)
+        mask = torch.rand(5, vocab, generator=gen) < 0.9
+        logits[mask] = -float("inf")
+        tokens = logits[:4].argmax(-1)
+        tokens[2] = (tokens[2] + 1) % vocab if vocab > 1 else tokens[2]
+        assert sv.verify_greedy(logits, tokens) == sv.reference.verify_greedy(logits, tokens)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1.0, 1e20, 1e30])
+def test_sampled_unnormalized_scales(sv, scale):
+    gen = torch.Generator().manual_seed(int(abs(torch.log10(torch.tensor(scale)))))
+    for vocab in [7, 989, 32000]:
+        for trial in range(6):
+            target = torch.rand(5, vocab, generator=gen) * scale
+            draft = torch.rand(4, vocab, generator=gen) * scale * 3.0
+            tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+            uniforms = torch.rand(5, dtype=torch.float64, generator=gen)
+            _assert_same(
+                sv.verify_sampled(target, draft, tokens, uniforms=uniforms),
+                sv.reference.verify_sampled(target, draft, tokens, uniforms=uniforms),
+                dict(scale=scale, vocab=vocab, trial=trial),
+            )
+
+
+def test_sampled_scale_invariance(sv):
+    # Row i is normalized by its own sum: scaling a row changes nothing.
+    gen = torch.Generator().manual_seed(3)
+    target = torch.rand(5, 989, generator=gen)
+    draft = torch.rand(4, 989, generator=gen)
+    tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+    scales = torch.tensor([1.0, 4.0, 0.25, 2.0, 8.0]).unsqueeze(1)  # powers of two: exact
+    for _ in range(50):
+        uniforms = torch.rand(5, dtype=torch.float64, generator=gen)
+        assert sv.verify_sampled(target, draft, tokens, uniforms=uniforms) == sv.verify_sampled(
+            target * scales, draft * scales[:4], tokens, uniforms=uniforms
+        )
+
+
+def test_denormals(sv):
+    tiny = torch.finfo(torch.float32).tiny  # smallest normal; below it, denormals
+    gen = torch.Generator().manual_seed(4)
+    for vocab in [15, 111, 32000]:
+        target = torch.rand(3, vocab, generator=gen) * tiny * 1e-3
+        draft = torch.rand(2, vocab, generator=gen) * tiny * 1e-3
+        assert bool((target < tiny).all()) and bool((target > 0).any())
+        tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+        for _ in range(10):
+            uniforms = torch.rand(3, dtype=torch.float64, generator=gen)
+            _assert_same(
+                sv.verify_sampled(target, draft, tokens, uniforms=uniforms),
+                sv.reference.verify_sampled(target, draft, tokens, uniforms=uniforms),
+                dict(vocab=vocab),
+            )
+        assert sv.verify_greedy(target, tokens) == sv.reference.verify_greedy(target, tokens)
+
+
+def test_strided_rows_and_tokens(sv):
+    # A slice of [T, V] logits, a transposed-then-copied layout, strided tokens.
+    gen = torch.Generator().manual_seed(5)
+    big = torch.rand(10, 989, generator=gen)
+    target = big[3:8]  # row stride 989, unit inner stride: read in place
+    draft_wide = torch.rand(989, 8, generator=gen)
+    draft = draft_wide[:, ::2].t()  # inner stride 8: copied, never misread
+    assert not draft.is_contiguous()
+    tokens = torch.multinomial(draft.contiguous(), 1, generator=gen).flatten().repeat_interleave(2)[::2]
+    assert not tokens.is_contiguous() or tokens.numel() <= 1
+    for _ in range(20):
+        uniforms = torch.rand(5, dtype=torch.float64, generator=gen)
+        _assert_same(
+            sv.verify_sampled(target, draft, tokens, uniforms=uniforms),
+            sv.reference.verify_sampled(target.contiguous(), draft.contiguous(), tokens.contiguous(), uniforms=uniforms),
+            "strided",
+        )
+    assert sv.verify_greedy(target, tokens) == sv.reference.verify_greedy(target.contiguous(), tokens.contiguous())
+
+
+# ----------------------------------------------------------------------------
+# Batched, ragged
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batched_equals_single(sv, dtype):
+    gen = torch.Generator().manual_seed(6)
+    batch, k, vocab = 9, 5, 333
+    target = torch.rand(batch, k + 1, vocab, generator=gen).to(dtype)
+    draft = (target[:, :k].float() + 0.3 * torch.rand(batch, k, vocab, generator=gen)).to(dtype)
+    tokens = torch.multinomial(draft.float().reshape(-1, vocab), 1, generator=gen).reshape(batch, k)
+    tokens[::2] = target[::2, :k].float().argmax(-1)  # some long greedy runs
+    counts = torch.randint(0, k + 1, (batch,), generator=gen)
+    uniforms = torch.rand(batch, k + 1, dtype=torch.float64, generator=gen)
+
+    n, nxt = sv.verify_sampled_batched(target, draft, tokens, counts, uniforms=uniforms)
+    n_ref, nxt_ref = sv.reference.verify_sampled_batched(target, draft, tokens, counts, uniforms=uniforms)
+    assert n.tolist() == n_ref.tolist() and nxt.tolist() == nxt_ref.tolist()
+    for b in range(batch):
+        kb = int(counts[b])
+        single = sv.verify_sampled(
+            target[b, : kb + 1], draft[b, :kb], tokens[b, :kb], uniforms=uniforms[b, : kb + 1].contiguous()
+        )
+        assert (int(n[b]), int(nxt[b])) == single, f"sequence {b}"
+
+    n, nxt = sv.verify_greedy_batched(target, tokens, counts)
+    for b in range(batch):
+        kb = int(counts[b])
+        assert (int(n[b]), int(nxt[b])) == sv.verify_greedy(target[b, : kb + 1], tokens[b, :kb])
+
+
+def test_batched_result_independent_of_batch_makeup(sv):
+    # A sequence's result depends only on its own rows and uniforms.
+    gen = torch.Generator().manual_seed(7)
+    batch, k, vocab = 6, 4, 500
+    target = torch.rand(batch, k + 1, vocab, generator=gen)
+    draft = torch.rand(batch, k, vocab, generator=gen)
+    tokens = torch.multinomial(draft.reshape(-1, vocab), 1, generator=gen).reshape(batch, k)
+    uniforms = torch.rand(batch, k + 1, dtype=torch.float64, generator=gen)
+    full = sv.verify_sampled_batched(target, draft, tokens, uniforms=uniforms)
+    order = torch.randperm(batch, generator=gen)
+    permuted = sv.verify_sampled_batched(target[order], draft[order], tokens[order], uniforms=uniforms[order])
+    assert permuted[0].tolist() == full[0][order].tolist()
+    assert permuted[1].tolist() == full[1][order].tolist()
