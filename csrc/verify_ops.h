@@ -10,10 +10,19 @@
 
 namespace spec_verify {
 
-// -> int64 [2]: (n_accepted, next_token)
-at::Tensor verify_greedy(const at::Tensor& target_probs, const at::Tensor& draft_tokens);
+// -> (n_accepted, next_token) as two ints: what the eager wrappers call, with
+// no output tensor to allocate and convert (about 1 us per call).
+std::tuple<int64_t, int64_t> verify_greedy_ints(const at::Tensor& target_probs,
+                                                const at::Tensor& draft_tokens);
+std::tuple<int64_t, int64_t> verify_sampled_ints(const at::Tensor& target_probs,
+                                                 const at::Tensor& draft_probs,
+                                                 const at::Tensor& draft_tokens,
+                                                 const std::optional<at::Tensor>& uniforms,
+                                                 std::optional<at::Generator> generator);
 
-// -> int64 [2]: (n_accepted, next_token)
+// -> int64 [2]: (n_accepted, next_token). The traceable form (fake
+// implementations, torch.compile, opcheck): the same decision, packed.
+at::Tensor verify_greedy(const at::Tensor& target_probs, const at::Tensor& draft_tokens);
 at::Tensor verify_sampled(const at::Tensor& target_probs, const at::Tensor& draft_probs,
                           const at::Tensor& draft_tokens, const std::optional<at::Tensor>& uniforms,
                           std::optional<at::Generator> generator);

@@ -43,6 +43,8 @@ struct Chunk<float> {
     lo = Vec::loadu(ptr);
     hi = Vec::loadu(ptr + Vec::size());
   }
+  // The chunk as four float64 vectors, converted straight from memory.
+  static inline void load_wide(const float* ptr, VecD& w0, VecD& w1, VecD& w2, VecD& w3);
   // count in [1, kSize); lanes past count are 0.
   static inline void load_tail(const float* ptr, int64_t count, Vec& lo, Vec& hi) {
     if (count > Vec::size()) {
@@ -100,13 +102,40 @@ inline void widen(const Vec& v, VecD& lo, VecD& hi) {
 #endif
 }
 
-inline double sum_lanes(const VecD& v) {
-  return at::vec::vec_reduce_all<double>([](VecD& a, VecD& b) { return a + b; }, v);
+inline void Chunk<float>::load_wide(const float* ptr, VecD& w0, VecD& w1, VecD& w2, VecD& w3) {
+#if defined(CPU_CAPABILITY_AVX512)
+  w0 = _mm512_cvtps_pd(_mm256_loadu_ps(ptr));
+  w1 = _mm512_cvtps_pd(_mm256_loadu_ps(ptr + 8));
+  w2 = _mm512_cvtps_pd(_mm256_loadu_ps(ptr + 16));
+  w3 = _mm512_cvtps_pd(_mm256_loadu_ps(ptr + 24));
+#elif defined(CPU_CAPABILITY_AVX2)
+  w0 = _mm256_cvtps_pd(_mm_loadu_ps(ptr));
+  w1 = _mm256_cvtps_pd(_mm_loadu_ps(ptr + 4));
+  w2 = _mm256_cvtps_pd(_mm_loadu_ps(ptr + 8));
+  w3 = _mm256_cvtps_pd(_mm_loadu_ps(ptr + 12));
+#else
+  Vec lo, hi;
+  load(ptr, lo, hi);
+  widen(lo, w0, w1);
+  widen(hi, w2, w3);
+#endif
 }
 
-inline float max_lanes(const Vec& v) {
-  // at::vec::maximum propagates NaN, so a NaN anywhere yields NaN here.
-  return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, v);
+// Every other dtype: load as float, then widen.
+template <typename scalar_t>
+inline void load_wide(const scalar_t* ptr, VecD& w0, VecD& w1, VecD& w2, VecD& w3) {
+  Vec lo, hi;
+  Chunk<scalar_t>::load(ptr, lo, hi);
+  widen(lo, w0, w1);
+  widen(hi, w2, w3);
+}
+template <>
+inline void load_wide<float>(const float* ptr, VecD& w0, VecD& w1, VecD& w2, VecD& w3) {
+  Chunk<float>::load_wide(ptr, w0, w1, w2, w3);
+}
+
+inline double sum_lanes(const VecD& v) {
+  return at::vec::vec_reduce_all<double>([](VecD& a, VecD& b) { return a + b; }, v);
 }
 
 inline bool any_sign_bit(const Vec& v) {
@@ -123,6 +152,14 @@ inline bool any_sign_bit(const Vec& v) {
 // ----------------------------------------------------------------------------
 
 template <typename scalar_t>
+int64_t first_nan(const scalar_t* row, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    if (std::isnan(static_cast<float>(row[i]))) return i;
+  }
+  return -1;
+}
+
+template <typename scalar_t>
 int64_t argmax_row(const scalar_t* row, int64_t n, int64_t block) {
   using C = Chunk<scalar_t>;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -131,30 +168,52 @@ int64_t argmax_row(const scalar_t* row, int64_t n, int64_t block) {
   int64_t best_start = 0;  // all -inf: argmax is 0, as torch.argmax
   for (int64_t start = 0; start < n; start += block) {
     const int64_t end = std::min(n, start + block);
-    Vec m0 = neg_inf_vec, m1 = neg_inf_vec;
+    // Plain max (clamp_min) drops NaN, so a float sum rides along as the NaN
+    // screen: NaN + x stays NaN. It costs one add per vector instead of the
+    // two extra ops of a NaN-propagating maximum.
+    Vec m0 = neg_inf_vec, m1 = neg_inf_vec, m2 = neg_inf_vec, m3 = neg_inf_vec;
+    Vec s0(0.f), s1(0.f), s2(0.f), s3(0.f);
     int64_t i = start;
-    for (; i + C::kSize <= end; i += C::kSize) {
-      Vec lo, hi;
-      C::load(row + i, lo, hi);
-      m0 = at::vec::maximum(m0, lo);
-      m1 = at::vec::maximum(m1, hi);
+    for (; i + 2 * C::kSize <= end; i += 2 * C::kSize) {
+      Vec a, b, c, d;
+      C::load(row + i, a, b);
+      C::load(row + i + C::kSize, c, d);
+      m0 = at::vec::clamp_min(a, m0);
+      m1 = at::vec::clamp_min(b, m1);
+      m2 = at::vec::clamp_min(c, m2);
+      m3 = at::vec::clamp_min(d, m3);
+      s0 = s0 + a;
+      s1 = s1 + b;
+      s2 = s2 + c;
+      s3 = s3 + d;
     }
-    if (i < end) {
-      // Tail: pad the missing lanes with -inf, which can never win.
-      const int64_t count = end - i;
-      Vec lo, hi;
-      C::load_tail(row + i, count, lo, hi);
-      if (count > Vec::size()) {
-        hi = Vec::set(neg_inf_vec, hi, count - Vec::size());
+    for (; i < end; i += C::kSize) {
+      const int64_t count = std::min<int64_t>(C::kSize, end - i);
+      Vec a, b;
+      if (count == C::kSize) {
+        C::load(row + i, a, b);
       } else {
-        lo = Vec::set(neg_inf_vec, lo, count);
-        hi = neg_inf_vec;
+        // Tail: pad the missing lanes with -inf, which can never win.
+        C::load_tail(row + i, count, a, b);
+        if (count > Vec::size()) {
+          b = Vec::set(neg_inf_vec, b, count - Vec::size());
+        } else {
+          a = Vec::set(neg_inf_vec, a, count);
+          b = neg_inf_vec;
+        }
       }
-      m0 = at::vec::maximum(m0, lo);
-      m1 = at::vec::maximum(m1, hi);
+      m0 = at::vec::clamp_min(a, m0);
+      m1 = at::vec::clamp_min(b, m1);
+      s0 = s0 + a;  // -inf padding keeps the screen quiet unless +inf is present too
+      s1 = s1 + b;
     }
-    const float block_max = max_lanes(at::vec::maximum(m0, m1));
-    if (std::isnan(block_max)) return -1;
+    const float block_sum = at::vec::vec_reduce_all<float>(
+        [](Vec& x, Vec& y) { return x + y; }, (s0 + s1) + (s2 + s3));
+    // A NaN sum means a NaN element, or +inf meeting -inf: the exact scan decides.
+    if (std::isnan(block_sum) && first_nan(row, start, end) >= 0) return -1;
+    const float block_max = at::vec::vec_reduce_all<float>(
+        [](Vec& x, Vec& y) { return at::vec::clamp_min(x, y); }, at::vec::clamp_min(
+            at::vec::clamp_min(m0, m1), at::vec::clamp_min(m2, m3)));
     // Strictly greater: on ties the earlier block (lower ids) keeps the win.
     if (block_max > best) {
       best = block_max;
@@ -182,7 +241,20 @@ double mass_row(const scalar_t* row, int64_t n, int64_t block, double* block_sum
     const int64_t end = std::min(n, start + block);
     VecD s0(0.0), s1(0.0), s2(0.0), s3(0.0);
     int64_t i = start;
-    auto accumulate = [&](const Vec& lo, const Vec& hi) {
+    for (; i + C::kSize <= end; i += C::kSize) {
+      Vec lo, hi;
+      C::load(row + i, lo, hi);
+      sign_bits = sign_bits | lo | hi;
+      VecD w0, w1, w2, w3;
+      load_wide(row + i, w0, w1, w2, w3);  // the same bytes, converted from memory
+      s0 = s0 + w0;
+      s1 = s1 + w1;
+      s2 = s2 + w2;
+      s3 = s3 + w3;
+    }
+    if (i < end) {
+      Vec lo, hi;
+      C::load_tail(row + i, end - i, lo, hi);  // zero lanes add nothing
       sign_bits = sign_bits | lo | hi;
       VecD w0, w1, w2, w3;
       widen(lo, w0, w1);
@@ -191,16 +263,6 @@ double mass_row(const scalar_t* row, int64_t n, int64_t block, double* block_sum
       s1 = s1 + w1;
       s2 = s2 + w2;
       s3 = s3 + w3;
-    };
-    for (; i + C::kSize <= end; i += C::kSize) {
-      Vec lo, hi;
-      C::load(row + i, lo, hi);
-      accumulate(lo, hi);
-    }
-    if (i < end) {
-      Vec lo, hi;
-      C::load_tail(row + i, end - i, lo, hi);  // zero lanes add nothing
-      accumulate(lo, hi);
     }
     block_sums[b] = sum_lanes((s0 + s1) + (s2 + s3));
     total += block_sums[b];
@@ -225,29 +287,29 @@ double residual_row(const scalar_t* target, const scalar_t* draft, int64_t n, do
     VecD s0(0.0), s1(0.0), s2(0.0), s3(0.0);
     // The same expression, in the same order, as the scalar residual_at() in
     // verify_ops.cpp and the reference (no FMA: built with -ffp-contract=off).
-    auto accumulate = [&](const Vec& t_lo, const Vec& t_hi, const Vec& d_lo, const Vec& d_hi) {
-      VecD t0, t1, t2, t3, d0, d1, d2, d3;
-      widen(t_lo, t0, t1);
-      widen(t_hi, t2, t3);
-      widen(d_lo, d0, d1);
-      widen(d_hi, d2, d3);
-      s0 = s0 + at::vec::clamp_min(t0 * dm - d0 * tm, zero);
-      s1 = s1 + at::vec::clamp_min(t1 * dm - d1 * tm, zero);
-      s2 = s2 + at::vec::clamp_min(t2 * dm - d2 * tm, zero);
-      s3 = s3 + at::vec::clamp_min(t3 * dm - d3 * tm, zero);
+    auto accumulate = [&](const VecD* t, const VecD* d) {
+      s0 = s0 + at::vec::clamp_min(t[0] * dm - d[0] * tm, zero);
+      s1 = s1 + at::vec::clamp_min(t[1] * dm - d[1] * tm, zero);
+      s2 = s2 + at::vec::clamp_min(t[2] * dm - d[2] * tm, zero);
+      s3 = s3 + at::vec::clamp_min(t[3] * dm - d[3] * tm, zero);
     };
     int64_t i = start;
     for (; i + C::kSize <= end; i += C::kSize) {
-      Vec t_lo, t_hi, d_lo, d_hi;
-      C::load(target + i, t_lo, t_hi);
-      C::load(draft + i, d_lo, d_hi);
-      accumulate(t_lo, t_hi, d_lo, d_hi);
+      VecD t[4], d[4];
+      load_wide(target + i, t[0], t[1], t[2], t[3]);
+      load_wide(draft + i, d[0], d[1], d[2], d[3]);
+      accumulate(t, d);
     }
     if (i < end) {
       Vec t_lo, t_hi, d_lo, d_hi;
       C::load_tail(target + i, end - i, t_lo, t_hi);  // 0 * dm - 0 * tm = 0
       C::load_tail(draft + i, end - i, d_lo, d_hi);
-      accumulate(t_lo, t_hi, d_lo, d_hi);
+      VecD t[4], d[4];
+      widen(t_lo, t[0], t[1]);
+      widen(t_hi, t[2], t[3]);
+      widen(d_lo, d[0], d[1]);
+      widen(d_hi, d[2], d[3]);
+      accumulate(t, d);
     }
     block_sums[b] = sum_lanes((s0 + s1) + (s2 + s3));
     total += block_sums[b];
@@ -268,7 +330,7 @@ const KernelTable& kernel_table() {
 #else
   static constexpr const char* kIsa = SV_STRINGIFY(CPU_CAPABILITY);
 #endif
-  static const KernelTable table{kIsa, static_cast<int>(Vec::size()), row_ops<float>(),
+  static const KernelTable table{kIsa, kIsa, static_cast<int>(Vec::size()), row_ops<float>(),
                                  row_ops<c10::Half>(), row_ops<c10::BFloat16>()};
   return table;
 }

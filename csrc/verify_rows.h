@@ -49,8 +49,9 @@ struct RowOps {
 };
 
 struct KernelTable {
-  const char* isa;   // "DEFAULT", "AVX2", "AVX512"
-  int float_lanes;   // at::vec::Vectorized<float>::size() on that ISA
+  const char* isa;       // "DEFAULT", "AVX2", "AVX512" ("NEON" on aarch64): the argmax
+  const char* mass_isa;  // the ISA of the float64 passes (mass, residual)
+  int float_lanes;       // at::vec::Vectorized<float>::size() on `isa`
   RowOps<float> f32;
   RowOps<c10::Half> f16;
   RowOps<c10::BFloat16> bf16;

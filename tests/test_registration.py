@@ -93,6 +93,16 @@ def test_opcheck_every_op(sv):
     ]
     for op, args in cases:
         torch.library.opcheck(op, args)
+    # The eager `*_ints` forms return data-dependent ints, which fake tensors
+    # cannot stand for: their schema and autograd registration are checked,
+    # and they must agree with the traceable forms.
+    int_cases = [
+        (sv.ops.verify_greedy_ints, sv.ops.verify_greedy, (target, tokens)),
+        (sv.ops.verify_sampled_ints, sv.ops.verify_sampled, (target, draft, tokens, uniforms, None)),
+    ]
+    for int_op, tensor_op, args in int_cases:
+        torch.library.opcheck(int_op, args, test_utils=("test_schema", "test_autograd_registration"))
+        assert list(int_op(*args)) == tensor_op(*args).tolist()
 
 
 def test_fake_implementations_give_the_real_shapes(sv):

@@ -87,6 +87,8 @@ def common_flags(namespace: str, isas: dict[str, list[str]]) -> list[str]:
         "-fvisibility-inlines-hidden",
         # Bit-exact agreement with the reference needs IEEE a*b - c*d, not FMA.
         "-ffp-contract=off",
+        # at::parallel_for is inline OpenMP: without this the batch runs serially.
+        "-fopenmp",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f"-DSV_OPS_NAMESPACE={namespace}",
         "-Wall",
@@ -128,7 +130,8 @@ def build_library(namespace: str, out_dir: Path, isas: dict[str, list[str]]) -> 
     # Link order matters: the DEFAULT objects come first, so an inline function
     # emitted by several ISA objects resolves to its generic (safe) copy.
     objects = [str(job[1]) for job in jobs]
-    link = [cxx, "-shared", "-o", str(library), *objects]
+    # -fopenmp records libgomp.so.1, which resolves to the copy torch loaded.
+    link = [cxx, "-shared", "-fopenmp", "-o", str(library), *objects]
     link += [f"-L{p}" for p in cpp_extension.library_paths()]
     link += ["-lc10", "-ltorch_cpu", "-ltorch"]
     result = subprocess.run(link, capture_output=True, text=True)

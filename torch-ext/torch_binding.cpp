@@ -21,6 +21,13 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
   m.def(
       "verify_sampled(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
       "Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+  // The same decisions as two ints, for eager calls: no output tensor. Not
+  // traceable (a data-dependent int output); the wrappers switch to the
+  // Tensor forms above under torch.compile.
+  m.def("verify_greedy_ints(Tensor target_probs, Tensor draft_tokens) -> (int, int)");
+  m.def(
+      "verify_sampled_ints(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
+      "Tensor? uniforms=None, Generator? generator=None) -> (int, int)");
   m.def(
       "verify_greedy_batched(Tensor target_probs, Tensor draft_tokens, "
       "Tensor? num_draft_tokens=None) -> (Tensor, Tensor)");
@@ -36,6 +43,8 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
 SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
   m.impl("verify_greedy", &spec_verify::verify_greedy);
   m.impl("verify_sampled", &spec_verify::verify_sampled);
+  m.impl("verify_greedy_ints", &spec_verify::verify_greedy_ints);
+  m.impl("verify_sampled_ints", &spec_verify::verify_sampled_ints);
   m.impl("verify_greedy_batched", &spec_verify::verify_greedy_batched);
   m.impl("verify_sampled_batched", &spec_verify::verify_sampled_batched);
   m.impl("noop", &spec_verify::noop);

@@ -20,6 +20,14 @@ import torch
 from . import reference
 from ._ops import ops
 from . import _fake  # noqa: F401  (registers the fake/meta implementations)
+from .law import (
+    acceptance_rates,
+    accepted_length_pmf,
+    accepted_length_variance,
+    emitted_token_law,
+    expected_accepted,
+    joint_law,
+)
 
 __all__ = [
     "verify_greedy",
@@ -29,13 +37,32 @@ __all__ = [
     "build_info",
     "reference",
     "ops",
+    "SpeculativeDecoder",
+    "DecodeStats",
+    "HFCausalLMStep",
+    "hf_step_pair",
+    "warp_logits",
+    "acceptance_rates",
+    "accepted_length_pmf",
+    "accepted_length_variance",
+    "expected_accepted",
+    "emitted_token_law",
+    "joint_law",
 ]
 
 
 def _cpu(*tensors) -> bool:
-    # Non-tensors go to the C++ op too: the dispatcher raises a TypeError that
-    # names the argument. Tensors elsewhere go to the reference path.
-    return all(not isinstance(t, torch.Tensor) or t.is_cpu for t in tensors)
+    # CPU tensors (and absent optionals) take the C++ op. Anything else goes to
+    # the reference: it serves other devices and raises a TypeError that names
+    # the argument for a non-tensor.
+    return all(t is None or (isinstance(t, torch.Tensor) and t.is_cpu) for t in tensors)
+
+
+def _eager() -> bool:
+    # Eager calls take the `*_ints` ops (two ints, no output tensor: ~1 us
+    # less per call). Under torch.compile the Tensor-returning ops are traced
+    # instead, and `.tolist()` needs capture_scalar_outputs (see README).
+    return not torch.compiler.is_compiling()
 
 
 def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
@@ -83,6 +110,8 @@ def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tup
     (1, 0)
     """
     if _cpu(target_probs, draft_tokens):
+        if _eager():
+            return ops.verify_greedy_ints(target_probs, draft_tokens)
         n_accepted, next_token = ops.verify_greedy(target_probs, draft_tokens).tolist()
         return n_accepted, next_token
     return reference.verify_greedy(target_probs, draft_tokens)
@@ -158,6 +187,8 @@ def verify_sampled(
     (1, 1)
     """
     if _cpu(target_probs, draft_probs, draft_tokens, uniforms):
+        if _eager():
+            return ops.verify_sampled_ints(target_probs, draft_probs, draft_tokens, uniforms, generator)
         n_accepted, next_token = ops.verify_sampled(
             target_probs, draft_probs, draft_tokens, uniforms, generator
         ).tolist()
@@ -274,11 +305,19 @@ def build_info() -> dict[str, str | int]:
     Returns
     -------
     dict
-        ``{"arch": "x86_64", "isa": "AVX512", "compiled": "DEFAULT,AVX2,AVX512",
-        "float_lanes": 16}``: the instruction set chosen at run time (ATen's
-        CPU capability; ``ATEN_CPU_CAPABILITY=default`` forces the generic
-        path) and the width of ``at::vec::Vectorized<float>`` on it.
+        ``{"arch": "x86_64", "isa": "AVX512", "mass_isa": "AVX2",
+        "compiled": "DEFAULT,AVX2,AVX512", "float_lanes": 16}``: the
+        instruction set chosen at run time for the argmax (ATen's CPU
+        capability; ``ATEN_CPU_CAPABILITY=default`` forces the generic path),
+        the one running the float64 mass and residual passes, and the width
+        of ``at::vec::Vectorized<float>`` on the former.
     """
     fields = dict(item.split("=", 1) for item in ops.build_info().split(";"))
     fields["float_lanes"] = int(fields["float_lanes"])
     return fields
+
+
+# The decoder loop and the Hugging Face adapter come last: decoder.py imports
+# verify_greedy / verify_sampled from this package, so they must exist first.
+from .decoder import DecodeStats, SpeculativeDecoder  # noqa: E402
+from .hf_adapter import HFCausalLMStep, hf_step_pair, warp_logits  # noqa: E402

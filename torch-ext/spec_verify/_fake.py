@@ -1,8 +1,10 @@
 """Fake (meta) implementations: output shapes without running the kernel.
 
 They let the ops trace under torch.compile / torch.export and pass
-torch.library.opcheck. Every op's outputs are small int64 tensors whose shape
-depends only on the input shapes.
+torch.library.opcheck. The traceable ops return int64
+tensors whose shapes depend only on the input shapes. The `*_ints` ops (two
+data-dependent Python ints, for eager calls) have no fake implementation on
+purpose: the wrappers never trace them (see `__init__._eager`).
 """
 
 from __future__ import annotations

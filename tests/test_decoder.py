@@ -1,0 +1,785 @@
+"""The decoder loop and the Hugging Face adapter, through the loaded kernel.
+
+What is shown, and against which independent oracle:
+
+* greedy speculative decoding with real transformers models (built offline
+  from small configs) is token-identical to ``target.generate(do_sample=False)``;
+* sampled speculative decoding over explicit probability tables matches the
+  target's exact sequence law (enumerated) by chi-square, and two broken
+  decoders fail the same test (negative controls);
+* every malformed callback result or argument raises a clear error;
+* ``max_new`` / eos rules and the statistics' internal consistency, checked
+  against what the callbacks observed;
+* the adapter's KV cache costs exactly k one-token draft forwards and one
+  (k+1)-token target forward per round, counted by wrapping ``forward``;
+  an adapter that forgets to crop its cache fails the greedy-equality test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+# ============================================================================
+# Probability-table callbacks (tiny V: the sequence law can be enumerated)
+# ============================================================================
+
+TABLE_V = 3
+
+
+def _table_row(prefix: tuple, salt: int, zeros: bool) -> torch.Tensor:
+    """A fixed, prefix-dependent distribution over TABLE_V tokens."""
+    g = torch.Generator().manual_seed(hash((salt,) + prefix) % (2**31))
+    row = torch.rand(TABLE_V, generator=g, dtype=torch.float64) + 0.05
+    if zeros and len(prefix) % 2 == 0:
+        row[int(torch.randint(TABLE_V, (1,), generator=g))] = 0.0  # a zero-mass token
+    return row / row.sum()
+
+
+class Tables:
+    """Target and draft tables, callbacks over them, and a log of the calls."""
+
+    def __init__(self, target_salt=1, draft_salt=2, target_zeros=True, draft_seed=0):
+        self.target_salt, self.draft_salt = target_salt, draft_salt
+        self.target_zeros = target_zeros
+        self.draft_gen = torch.Generator().manual_seed(draft_seed)
+        self.draft_requests: list[int] = []  # k asked of draft_step, per call
+        self.target_calls: list[int] = []  # len(proposed), per call
+        self._memo: dict = {}
+
+    def target_row(self, prefix) -> torch.Tensor:
+        key = ("t", tuple(prefix))
+        if key not in self._memo:
+            self._memo[key] = _table_row(tuple(prefix), self.target_salt, self.target_zeros)
+        return self._memo[key]
+
+    def draft_row(self, prefix) -> torch.Tensor:
+        # The draft has full support: it must be able to propose anything.
+        key = ("d", tuple(prefix))
+        if key not in self._memo:
+            self._memo[key] = _table_row(tuple(prefix), self.draft_salt, zeros=False)
+        return self._memo[key]
+
+    def draft_step(self, prefix, k):
+        self.draft_requests.append(k)
+        seq, tokens, rows = prefix.tolist(), [], []
+        for _ in range(k):
+            row = self.draft_row(seq)
+            token = int(torch.multinomial(row, 1, generator=self.draft_gen))
+            tokens.append(token)
+            rows.append(row.float())
+            seq.append(token)
+        return torch.tensor(tokens), torch.stack(rows)
+
+    def target_step(self, prefix, proposed):
+        self.target_calls.append(len(proposed))
+        seq = prefix.tolist() + proposed.tolist()
+        n = len(prefix)
+        return torch.stack([self.target_row(seq[: n + i]).float() for i in range(len(proposed) + 1)])
+
+    # -- independent oracles -------------------------------------------------
+
+    def sequence_law(self, prompt: list, length: int) -> dict:
+        """Exact probability of every continuation of ``length`` tokens."""
+        law = {}
+        for seq in itertools.product(range(TABLE_V), repeat=length):
+            prob, prefix = 1.0, list(prompt)
+            for token in seq:
+                # The callback hands over float32 rows; the op normalizes them.
+                row = self.target_row(prefix).float().double()
+                prob *= float(row[token] / row.sum())
+                prefix.append(token)
+            law[seq] = prob
+        return law
+
+    def greedy_chain(self, prompt: list, length: int, eos=None) -> list:
+        """Plain greedy decoding with the target table."""
+        seq = list(prompt)
+        for _ in range(length):
+            seq.append(int(torch.argmax(self.target_row(seq).float())))
+            if seq[-1] == eos:
+                break
+        return seq
+
+
+# ============================================================================
+# Chi-square helpers
+# ============================================================================
+
+ALPHA = 1e-3  # significance level of every distribution test in this file
+
+
+def _merge_small_cells(observed: list, expected: list, minimum: float = 5.0):
+    """Merge cells (smallest expected first) until every expected count >= minimum."""
+    cells = sorted(zip(expected, observed))
+    merged = []
+    pool_e = pool_o = 0.0
+    for e, o in cells:
+        pool_e += e
+        pool_o += o
+        if pool_e >= minimum:
+            merged.append((pool_e, pool_o))
+            pool_e = pool_o = 0.0
+    if pool_e > 0:
+        # Leftover pool below the minimum: fold it into the last merged cell.
+        last_e, last_o = merged.pop()
+        merged.append((last_e + pool_e, last_o + pool_o))
+    return [o for _, o in merged], [e for e, _ in merged]
+
+
+def _sequence_pvalue(decoder, tables: Tables, prompt: list, length: int, runs: int):
+    """Chi-square p-value of ``runs`` decoded continuations against the exact law.
+
+    Also returns the accepted and drafted totals over all runs.
+    """
+    from scipy import stats
+
+    law = tables.sequence_law(prompt, length)
+    counts = dict.fromkeys(law, 0)
+    prompt_t = torch.tensor(prompt)
+    accepted = drafted = 0
+    for _ in range(runs):
+        out = decoder.generate(prompt_t, max_new=length)
+        counts[tuple(out[len(prompt) :].tolist())] += 1
+        accepted += decoder.stats.accepted
+        drafted += decoder.stats.drafted
+    observed, expected = _merge_small_cells(
+        [counts[s] for s in law], [runs * law[s] for s in law]
+    )
+    return float(stats.chisquare(observed, expected).pvalue), accepted, drafted
+
+
+# ============================================================================
+# (b) Sampled decoding preserves the target's sequence law
+# ============================================================================
+
+SAMPLED_RUNS = 4000
+PROMPT = [0]
+LENGTH = 3  # 27 sequences over V = 3
+
+
+def _sampled_decoder(sv, tables, k=2, seed=1234, cls=None, eos_token_id=None):
+    cls = cls or sv.SpeculativeDecoder
+    return cls(
+        tables.draft_step,
+        tables.target_step,
+        k=k,
+        greedy=False,
+        eos_token_id=eos_token_id,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+# (k, new tokens): a round drafts min(k, left - 1), so k = 3 needs 4 new
+# tokens (81 sequences) to ever draft 3.
+@pytest.mark.parametrize("k, length", [(1, LENGTH), (2, LENGTH), (3, 4)])
+def test_sampled_sequences_follow_the_target_law(sv, k, length):
+    tables = Tables()
+    decoder = _sampled_decoder(sv, tables, k=k)
+    pvalue, accepted, drafted = _sequence_pvalue(decoder, tables, PROMPT, length, SAMPLED_RUNS)
+    print(
+        f"\nsampled k={k}, {length} new tokens: chi-square p = {pvalue:.4f} over {SAMPLED_RUNS} runs "
+        f"(alpha {ALPHA}), acceptance {accepted}/{drafted}"
+    )
+    # Both outcomes of verification must have occurred, or the test is vacuous.
+    assert 0 < accepted < drafted
+    assert pvalue > ALPHA
+
+
+def _keeps_rejected_token(sv):
+    class KeepsRejectedToken(sv.SpeculativeDecoder):
+        """Broken: on a rejection keeps the rejected draft token instead of the correction."""
+
+        def _verify(self, target_probs, draft_tokens, draft_probs):
+            n, next_token = super()._verify(target_probs, draft_tokens, draft_probs)
+            if n < len(draft_tokens):
+                return n, int(draft_tokens[n])
+            return n, next_token
+
+    return KeepsRejectedToken
+
+
+def _resamples_from_target(sv):
+    class ResamplesFromTarget(sv.SpeculativeDecoder):
+        """Broken (subtly): on a rejection draws from the target row, not the residual."""
+
+        def _verify(self, target_probs, draft_tokens, draft_probs):
+            n, next_token = super()._verify(target_probs, draft_tokens, draft_probs)
+            if n < len(draft_tokens):
+                row = target_probs[n].double()
+                next_token = int(torch.multinomial(row, 1, generator=self.generator))
+            return n, next_token
+
+    return ResamplesFromTarget
+
+
+@pytest.mark.parametrize("broken", [_keeps_rejected_token, _resamples_from_target])
+def test_negative_control_broken_decoders_fail(sv, broken):
+    tables = Tables()
+    decoder = _sampled_decoder(sv, tables, k=2, cls=broken(sv))
+    pvalue, _, _ = _sequence_pvalue(decoder, tables, PROMPT, LENGTH, SAMPLED_RUNS)
+    print(f"\nnegative control {broken.__name__}: chi-square p = {pvalue:.2e} (must be < {ALPHA})")
+    assert pvalue < ALPHA
+
+
+def test_sampled_runs_are_reproducible(sv):
+    outputs = []
+    for decoder_seed in (7, 7, 8):
+        tables = Tables(draft_seed=3)
+        decoder = _sampled_decoder(sv, tables, k=3, seed=decoder_seed)
+        outputs.append([decoder.generate(torch.tensor([0, 1]), max_new=12).tolist() for _ in range(5)])
+    assert outputs[0] == outputs[1]
+    assert outputs[0] != outputs[2]
+
+
+def test_zero_mass_target_tokens_are_never_emitted(sv):
+    tables = Tables(target_zeros=True)
+    decoder = _sampled_decoder(sv, tables, k=3)
+    for _ in range(200):
+        out = decoder.generate(torch.tensor([1]), max_new=6).tolist()
+        for i in range(1, len(out)):
+            assert float(tables.target_row(out[:i])[out[i]]) > 0.0, out
+
+
+# ============================================================================
+# Greedy decoding with tables: equals the plain greedy chain
+# ============================================================================
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("max_new", [1, 4, 9])
+def test_greedy_tables_equal_plain_greedy(sv, k, max_new):
+    # A draft that agrees with the target about half the time: with a
+    # 50% chance it proposes the target's argmax, else its own sample.
+    tables = Tables()
+    coin = torch.Generator().manual_seed(k * 100 + max_new)
+
+    def draft_step(prefix, kk):
+        seq, tokens = prefix.tolist(), []
+        for _ in range(kk):
+            if float(torch.rand(1, generator=coin)) < 0.5:
+                token = int(torch.argmax(tables.target_row(seq).float()))
+            else:
+                token = int(torch.randint(TABLE_V, (1,), generator=coin))
+            tokens.append(token)
+            seq.append(token)
+        return torch.tensor(tokens), None
+
+    decoder = sv.SpeculativeDecoder(draft_step, tables.target_step, k=k, greedy=True)
+    for prompt in ([0], [2, 1], [1, 1, 0, 2]):
+        out = decoder.generate(torch.tensor(prompt), max_new=max_new)
+        assert out.tolist() == tables.greedy_chain(prompt, max_new)
+
+
+# ============================================================================
+# (c) Bad input: clear errors naming the callback or argument
+# ============================================================================
+
+
+def _good_pair(v=TABLE_V):
+    def draft_step(prefix, k):
+        return torch.zeros(k, dtype=torch.int64), torch.full((k, v), 1.0 / v)
+
+    def target_step(prefix, proposed):
+        return torch.full((len(proposed) + 1, v), 1.0 / v)
+
+    return draft_step, target_step
+
+
+def _draft_returning(make):
+    """A draft_step whose result is make(k)."""
+    return lambda prefix, k: make(k)
+
+
+BAD_DRAFTS = [
+    # (draft result for k, error type, message pattern)
+    (lambda k: torch.zeros(k, dtype=torch.int64), TypeError, r"draft_step.*pair \(tokens, probs\)"),
+    (lambda k: (torch.zeros(k + 1, dtype=torch.int64), torch.full((k + 1, 3), 0.3)), ValueError,
+     r"draft_step\(prefix, k=2\) returned tokens of shape \(3,\), expected \(2,\)"),
+    (lambda k: (torch.zeros(1, k, dtype=torch.int64), torch.full((k, 3), 0.3)), ValueError,
+     r"draft_step.*tokens of shape \(1, 2\)"),
+    (lambda k: (torch.zeros(k), torch.full((k, 3), 0.3)), TypeError, r"draft_step.*tokens of dtype torch.float32"),
+    (lambda k: (torch.zeros(k, dtype=torch.int64), torch.full((k + 1, 3), 0.3)), ValueError,
+     r"draft_step.*probs of shape \(3, 3\): expected 2 rows"),
+    (lambda k: (torch.zeros(k, dtype=torch.int64), torch.full((k,), 0.3)), ValueError,
+     r"draft_step.*returned probs of shape \(2,\), expected 2-D"),
+    (lambda k: (torch.zeros(k, dtype=torch.int64), torch.full((k, 4), 0.25)), ValueError,
+     r"draft_step.*probs over V = 4.*target_step returned V = 3"),
+    (lambda k: (torch.zeros(k, dtype=torch.int64), None), ValueError,
+     r"draft_step.*probs=None.*sampled"),
+    (lambda k: (torch.tensor([0, 1]), torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5]])), ValueError,
+     r"draft_step.*tokens\[1\] = 1 with probs\[1, 1\] = 0.0"),
+    (lambda k: (torch.tensor([0, 3]), torch.full((k, 3), 0.3)), ValueError,
+     r"draft_step.*token 3, outside the target's vocabulary \[0, 3\)"),
+    (lambda k: (torch.zeros(k, dtype=torch.int64), torch.full((k, 3), 0.3, dtype=torch.float64)), TypeError,
+     r"draft_step.*returned probs of dtype torch.float64"),
+    (lambda k: (torch.zeros(k, dtype=torch.int64), torch.tensor([[0.5, -0.1, 0.6], [0.3, 0.3, 0.4]])), ValueError,
+     r"verification of round 0.*draft_probs\[0, 1\]"),
+]
+
+
+@pytest.mark.parametrize("make, error, pattern", BAD_DRAFTS)
+def test_bad_draft_step_results_are_named(sv, make, error, pattern):
+    _, target_step = _good_pair()
+    decoder = sv.SpeculativeDecoder(_draft_returning(make), target_step, k=2, greedy=False)
+    with pytest.raises(error, match=pattern):
+        decoder.generate(torch.tensor([0]), max_new=5)
+
+
+def test_bad_target_step_results_are_named(sv):
+    draft_step, _ = _good_pair()
+    cases = [
+        (lambda prefix, proposed: torch.full((len(proposed), 3), 0.3), ValueError,
+         r"target_step\(prefix, proposed\) with 2 proposed tokens returned target_probs of shape \(2, 3\): expected \[3, V\]"),
+        (lambda prefix, proposed: torch.full((len(proposed) + 1,), 0.3), ValueError,
+         r"target_step.*returned target_probs of shape \(3,\), expected 2-D"),
+        (lambda prefix, proposed: [[0.3] * 3] * 3, TypeError, r"target_step.*returned target_probs of type list"),
+        (lambda prefix, proposed: torch.full((len(proposed) + 1, 4), 0.25), ValueError,
+         r"draft_step.*probs over V = 3.*target_step returned V = 4"),
+        (lambda prefix, proposed: torch.zeros(len(proposed) + 1, 3), ValueError,
+         r"verification of round 0.*target_probs\[0\] sums to zero"),
+    ]
+    for target_step, error, pattern in cases:
+        decoder = sv.SpeculativeDecoder(draft_step, target_step, k=2, greedy=False)
+        with pytest.raises(error, match=pattern):
+            decoder.generate(torch.tensor([0]), max_new=5)
+
+
+def test_target_vocabulary_must_not_change_between_rounds(sv):
+    calls = []
+
+    def target_step(prefix, proposed):
+        calls.append(1)
+        v = 3 if len(calls) == 1 else 5
+        return torch.rand(len(proposed) + 1, v)
+
+    decoder = sv.SpeculativeDecoder(lambda prefix, k: (torch.zeros(k, dtype=torch.int64), None), target_step, k=2)
+    with pytest.raises(ValueError, match=r"target_step.*target_probs over V = 5 tokens, but an earlier round returned V = 3"):
+        decoder.generate(torch.tensor([0]), max_new=8)
+
+
+def test_bad_arguments_are_named(sv):
+    draft_step, target_step = _good_pair()
+    with pytest.raises(ValueError, match=r"prompt_ids is empty"):
+        sv.SpeculativeDecoder(draft_step, target_step).generate(torch.tensor([], dtype=torch.int64))
+    with pytest.raises(TypeError, match=r"prompt_ids must hold integer token ids"):
+        sv.SpeculativeDecoder(draft_step, target_step).generate(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match=r"prompt_ids must be 1-D"):
+        sv.SpeculativeDecoder(draft_step, target_step).generate(torch.zeros(2, 2, dtype=torch.int64))
+    for k in (0, -1):
+        with pytest.raises(ValueError, match=rf"k must be >= 1, got {k}"):
+            sv.SpeculativeDecoder(draft_step, target_step, k=k)
+    with pytest.raises(TypeError, match=r"k must be an int, got float"):
+        sv.SpeculativeDecoder(draft_step, target_step, k=2.0)
+    with pytest.raises(ValueError, match=r"max_new must be >= 0, got -1"):
+        sv.SpeculativeDecoder(draft_step, target_step).generate(torch.tensor([0]), max_new=-1)
+    with pytest.raises(TypeError, match=r"draft_step must be callable"):
+        sv.SpeculativeDecoder(None, target_step)
+    with pytest.raises(TypeError, match=r"eos_token_id"):
+        sv.SpeculativeDecoder(draft_step, target_step, eos_token_id="2")
+
+
+# ============================================================================
+# (d) max_new, eos and the statistics
+# ============================================================================
+
+
+@pytest.mark.parametrize("max_new", range(0, 8))
+def test_max_new_is_exact_and_never_overdrafted(sv, max_new):
+    tables = Tables()
+    decoder = _sampled_decoder(sv, tables, k=3)
+    out = decoder.generate(torch.tensor([2, 0]), max_new=max_new)
+    assert out.dtype == torch.int64 and out.dim() == 1
+    assert out[:2].tolist() == [2, 0]
+    assert len(out) == 2 + max_new
+    # Each draft request fits in what was left (so no round could overshoot).
+    emitted = 0
+    for requested, (drafted, accepted) in zip(tables.draft_requests, decoder.stats.per_round):
+        assert requested <= max_new - emitted - 1
+        emitted += accepted + 1
+    assert tables.target_calls == [d for d, _ in decoder.stats.per_round]
+    assert decoder.stats.rounds == len(tables.target_calls)
+
+
+def test_eos_stops_and_truncates_greedy(sv):
+    tables = Tables()
+    chain = tables.greedy_chain([0], 12)
+    eos = chain[4]  # the 4th new token; it may also occur earlier
+    expected = tables.greedy_chain([0], 12, eos=eos)
+    assert len(expected) < 13  # the eos is hit within max_new
+    perfect_draft = lambda prefix, k: (torch.tensor(tables.greedy_chain(prefix.tolist(), k)[len(prefix) :]), None)
+    decoder = sv.SpeculativeDecoder(perfect_draft, tables.target_step, k=4, eos_token_id=eos)
+    out = decoder.generate(torch.tensor([0]), max_new=12).tolist()
+    assert out == expected
+    assert decoder.stats.stopped_by == "eos"
+
+
+def test_eos_in_sampled_runs_is_last_and_only(sv):
+    tables = Tables()
+    eos = 2
+    decoder = _sampled_decoder(sv, tables, k=3, eos_token_id=eos)
+    stopped = 0
+    for _ in range(50):
+        new = decoder.generate(torch.tensor([0]), max_new=8).tolist()[1:]
+        if eos in new:
+            assert new.index(eos) == len(new) - 1
+            stopped += 1
+        else:
+            assert len(new) == 8
+    assert stopped > 0
+
+
+def test_statistics_are_consistent(sv):
+    tables = Tables()
+    decoder = _sampled_decoder(sv, tables, k=3)
+    out = decoder.generate(torch.tensor([1]), max_new=40)
+    s = decoder.stats
+    assert s.rounds == len(tables.target_calls)
+    assert s.drafted == sum(tables.draft_requests)
+    assert sum(s.histogram) == s.rounds
+    assert sum(j * c for j, c in enumerate(s.histogram)) == s.accepted
+    assert 0 < s.accepted <= s.drafted
+    assert s.new_tokens == len(out) - 1 == s.accepted + s.rounds  # no eos: every round emits a+1
+    assert s.acceptance_rate == pytest.approx(s.accepted / s.drafted)
+    assert s.tokens_per_round == pytest.approx(s.new_tokens / s.rounds)
+    assert 0 <= s.draft_seconds + s.target_seconds + s.verify_seconds <= s.total_seconds
+    text = str(s)
+    assert f"{s.rounds} rounds" in text and f"accepted {s.accepted}" in text
+    # A second call starts fresh statistics.
+    decoder.generate(torch.tensor([1]), max_new=0)
+    assert decoder.stats.rounds == 0 and decoder.stats.new_tokens == 0
+
+
+# ============================================================================
+# (a), (e) Real transformers models, built offline
+# ============================================================================
+
+HF_V = 96
+
+
+def _llama(layers: int, seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=HF_V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        # Large init: peaked logits, so greedy argmaxes are far from ties.
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def hf_pair():
+    """A 2-layer target and a 1-layer draft sharing its embedding, first layer and head.
+
+    The target's second layer is damped, so the draft (the target without it)
+    agrees often but not always: both accepts and rejects happen.
+    """
+    pytest.importorskip("transformers")
+    target = _llama(layers=2, seed=0)
+    with torch.no_grad():
+        target.model.layers[1].self_attn.o_proj.weight.mul_(0.3)
+        target.model.layers[1].mlp.down_proj.weight.mul_(0.3)
+    draft = _llama(layers=1, seed=1)
+    shared = target.state_dict()
+    draft.load_state_dict({name: shared[name].clone() for name in draft.state_dict()})
+    return draft, target
+
+
+def _target_greedy(target, prompt: list, max_new: int) -> list:
+    ids = torch.tensor([prompt])
+    return target.generate(ids, max_new_tokens=max_new, do_sample=False)[0].tolist()
+
+
+HF_PROMPTS = [[5, 17, 3], [1], [40, 41, 42, 43, 44, 45]]
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_hf_greedy_equals_target_generate(sv, hf_pair, k):
+    draft, target = hf_pair
+    totals = sv.DecodeStats(k=k, greedy=True)
+    for prompt in HF_PROMPTS:
+        for max_new in (1, 7, 30):
+            draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
+            decoder = sv.SpeculativeDecoder(draft_step, target_step, k=k)
+            out = decoder.generate(torch.tensor(prompt), max_new=max_new)
+            assert out.tolist() == _target_greedy(target, prompt, max_new), (prompt, max_new)
+            totals.accepted += decoder.stats.accepted
+            totals.drafted += decoder.stats.drafted
+    # Both branches of verification were exercised.
+    assert 0 < totals.accepted < totals.drafted
+
+
+def test_hf_greedy_run_statistics(sv, hf_pair):
+    draft, target = hf_pair
+    draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
+    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=4)
+    prompt = [5, 17, 3]
+    out = decoder.generate(torch.tensor(prompt), max_new=64)
+    assert out.tolist() == _target_greedy(target, prompt, 64)
+    print("\n" + str(decoder.stats))
+    assert decoder.stats.histogram[0] > 0 and decoder.stats.histogram[4] > 0
+
+
+def _count_forward_lengths(model) -> list:
+    """Wrap model.forward to record each call's input length (instance attribute)."""
+    lengths = []
+    original = model.forward
+
+    def forward(input_ids=None, *args, **kwargs):
+        lengths.append(int(input_ids.shape[-1]))
+        return original(input_ids, *args, **kwargs)
+
+    model.forward = forward
+    return lengths
+
+
+def _expected_forward_lengths(per_round, prompt_len):
+    """Draft and target input lengths implied by the adapter's cost contract."""
+    draft, target = [], []
+    for r, (drafted, accepted) in enumerate(per_round):
+        target.append(prompt_len + drafted if r == 0 else drafted + 1)
+        if drafted == 0:
+            continue  # the last round may draft nothing
+        if r == 0:
+            first = prompt_len  # prefill
+        else:
+            prev_drafted, prev_accepted = per_round[r - 1]
+            # After a fully accepted round the draft also feeds its last token.
+            first = 2 if prev_accepted == prev_drafted else 1
+        draft += [first] + [1] * (drafted - 1)
+    return draft, target
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_hf_kv_cache_costs_k_draft_and_one_target_forward(sv, hf_pair, k):
+    draft, target = hf_pair
+    draft_lengths = _count_forward_lengths(draft)
+    target_lengths = _count_forward_lengths(target)
+    try:
+        draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
+        decoder = sv.SpeculativeDecoder(draft_step, target_step, k=k)
+        prompt = [40, 41, 42, 43, 44, 45]
+        out = decoder.generate(torch.tensor(prompt), max_new=25)
+    finally:
+        del draft.forward, target.forward
+    assert out.tolist() == _target_greedy(target, prompt, 25)
+    expected_draft, expected_target = _expected_forward_lengths(decoder.stats.per_round, len(prompt))
+    assert target_lengths == expected_target
+    assert draft_lengths == expected_draft
+    # Never a re-run of the prefix: the target was fed each position at most
+    # once per round it was verified in.
+    assert sum(target_lengths) == len(prompt) + decoder.stats.drafted + decoder.stats.rounds - 1
+    assert draft_step.__self__.cache_rebuilds == 0 and target_step.__self__.cache_rebuilds == 0
+
+
+def test_hf_negative_control_adapter_without_rollback_diverges(sv, hf_pair):
+    class ForgetsToCrop(sv.HFCausalLMStep):
+        """Broken: believes it cropped, but leaves the stale K/V in the cache."""
+
+        def _rollback(self, keep):
+            self._cached = self._cached[:keep]
+
+    draft, target = hf_pair
+    prompt = [40, 41, 42, 43, 44, 45]
+    decoder = sv.SpeculativeDecoder(
+        ForgetsToCrop(draft, temperature=0).draft_step,
+        ForgetsToCrop(target, temperature=0).target_step,
+        k=4,
+    )
+    out = decoder.generate(torch.tensor(prompt), max_new=30)
+    assert out.tolist() != _target_greedy(target, prompt, 30)
+
+
+def test_hf_sampled_with_top_k_1_is_greedy(sv, hf_pair):
+    # top_k=1 makes every warped row one-hot at the argmax, so sampled
+    # speculative decoding must reproduce greedy decoding exactly.
+    draft, target = hf_pair
+    gen = torch.Generator().manual_seed(0)
+    draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0.7, top_k=1, generator=gen)
+    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=3, greedy=False, generator=gen)
+    prompt = [5, 17, 3]
+    out = decoder.generate(torch.tensor(prompt), max_new=20)
+    assert out.tolist() == _target_greedy(target, prompt, 20)
+    assert 0 < decoder.stats.accepted < decoder.stats.drafted
+
+
+def test_hf_sampled_is_reproducible_and_uses_warped_support(sv, hf_pair):
+    draft, target = hf_pair
+    runs = []
+    for _ in range(2):
+        gen = torch.Generator().manual_seed(11)
+        target_adapter = sv.HFCausalLMStep(target, temperature=0.9, top_k=5, top_p=0.9)
+        draft_step, _ = sv.hf_step_pair(draft, target, temperature=0.9, top_k=5, top_p=0.9, generator=gen)
+        decoder = sv.SpeculativeDecoder(draft_step, target_adapter.target_step, k=3, greedy=False, generator=gen)
+        runs.append(decoder.generate(torch.tensor([5, 17, 3]), max_new=20).tolist())
+    assert runs[0] == runs[1]
+    # Every emitted token lies in the target's warped support (top-5 at least).
+    out = runs[0]
+    for i in range(3, len(out)):
+        with torch.no_grad():
+            logits = target(torch.tensor([out[:i]])).logits[0, -1]
+        assert out[i] in torch.topk(logits, 5).indices.tolist()
+
+
+def test_warp_logits_matches_transformers_processors(sv):
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=g)  # continuous: no ties
+    cases = [(1.0, 0, 1.0), (0.7, 10, 1.0), (1.3, 0, 0.8), (1.0, 20, 0.5), (2.0, 12, 0.7), (0.8, 1, 0.9)]
+    for temperature, top_k, top_p in cases:
+        scores = TemperatureLogitsWarper(temperature)(None, logits)
+        if top_k:
+            scores = TopKLogitsWarper(top_k)(None, scores)
+        if top_p < 1.0:
+            scores = TopPLogitsWarper(top_p)(None, scores)
+        expected = scores.softmax(-1)
+        actual = sv.warp_logits(logits, temperature, top_k, top_p)
+        torch.testing.assert_close(actual, expected)
+        assert torch.equal(actual > 0, expected > 0)
+
+
+def test_hf_sliding_window_cache_falls_back_to_rebuilding(sv):
+    # transformers' sliding-window layers refuse to crop once past their
+    # window; the adapter must then rebuild the cache, and stay exact.
+    from transformers import MistralConfig, MistralForCausalLM
+
+    def mistral(layers, seed):
+        torch.manual_seed(seed)
+        config = MistralConfig(
+            vocab_size=HF_V, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+            initializer_range=0.2, sliding_window=6, bos_token_id=None, eos_token_id=None,
+            pad_token_id=None,
+        )
+        return MistralForCausalLM(config).eval()
+
+    target, draft = mistral(2, 0), mistral(1, 1)
+    with torch.no_grad():
+        target.model.layers[1].mlp.down_proj.weight.mul_(0.3)
+    draft.load_state_dict({name: target.state_dict()[name].clone() for name in draft.state_dict()})
+    prompt = [5, 17, 3, 9, 9, 1, 2, 3]
+    draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
+    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=3)
+    out = decoder.generate(torch.tensor(prompt), max_new=20)
+    assert out.tolist() == _target_greedy(target, prompt, 20)
+    assert target_step.__self__.cache_rebuilds > 0  # the fallback really ran
+
+
+def test_hf_adapter_argument_checks(sv, hf_pair):
+    draft, _ = hf_pair
+    with pytest.raises(ValueError, match="temperature"):
+        sv.HFCausalLMStep(draft, temperature=-1)
+    with pytest.raises(ValueError, match="top_k"):
+        sv.HFCausalLMStep(draft, top_k=-2)
+    with pytest.raises(ValueError, match="top_p"):
+        sv.HFCausalLMStep(draft, top_p=0.0)
+    with pytest.raises(TypeError, match="model must be callable"):
+        sv.HFCausalLMStep(object())
+
+
+# ============================================================================
+# The adapter is duck-typed: it works with transformers unimportable
+# ============================================================================
+
+_DUCK_SCRIPT = textwrap.dedent(
+    """
+    import importlib.util, sys, types
+    import torch
+    sys.modules["transformers"] = None  # any `import transformers` now fails
+
+    package_dir, name = sys.argv[1], sys.argv[2]
+    spec = importlib.util.spec_from_file_location(
+        name, package_dir + "/__init__.py", submodule_search_locations=[package_dir])
+    sv = importlib.util.module_from_spec(spec)
+    sys.modules[name] = sv
+    spec.loader.exec_module(sv)
+
+    V = 11
+    weights = torch.randn(V, V, generator=torch.Generator().manual_seed(0))
+
+    class ToyCache:
+        '''Holds the tokens it has seen; crop(-n) forgets the last n.'''
+        def __init__(self):
+            self.tokens = []
+        def crop(self, n):
+            assert n < 0, n
+            del self.tokens[n:]
+        def get_seq_length(self):
+            return len(self.tokens)
+
+    def logits_after(tokens):
+        # Depends on the whole history: a stale cache changes the result.
+        return weights[tokens[-1]] + 0.7 * weights[sum(tokens) % V]
+
+    class ToyLM(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=True):
+            cache = past_key_values if past_key_values is not None else ToyCache()
+            start = len(cache.tokens)
+            cache.tokens += input_ids[0].tolist()
+            rows = [logits_after(cache.tokens[: start + j + 1]) for j in range(input_ids.shape[1])]
+            return types.SimpleNamespace(logits=torch.stack(rows)[None], past_key_values=cache)
+
+    def plain_greedy(prompt, n):
+        seq = list(prompt)
+        for _ in range(n):
+            seq.append(int(torch.argmax(logits_after(seq))))
+        return seq
+
+    class NoisyLM(ToyLM):   # a draft that agrees only partly
+        def forward(self, input_ids, past_key_values=None, use_cache=True):
+            out = super().forward(input_ids, past_key_values, use_cache)
+            out.logits = out.logits + 2.0 * torch.sin(torch.arange(V) * 1.3 + out.logits.shape[1])
+            return out
+
+    draft_step, target_step = sv.hf_step_pair(NoisyLM(), ToyLM(), temperature=0)
+    dec = sv.SpeculativeDecoder(draft_step, target_step, k=3)
+    out = dec.generate(torch.tensor([1, 2]), max_new=40).tolist()
+    assert out == plain_greedy([1, 2], 40), (out, plain_greedy([1, 2], 40))
+    assert 0 < dec.stats.accepted < dec.stats.drafted, dec.stats
+    assert target_step.__self__.cache_rebuilds == 0
+
+    # A cache without crop: the adapter must rebuild it, and stay exact.
+    ToyCache.crop = property(lambda self: None)
+    draft_step, target_step = sv.hf_step_pair(NoisyLM(), ToyLM(), temperature=0)
+    out = sv.SpeculativeDecoder(draft_step, target_step, k=3).generate(torch.tensor([1, 2]), 25)
+    assert out.tolist() == plain_greedy([1, 2], 25)
+    assert target_step.__self__.cache_rebuilds > 0
+    assert "transformers" not in {m.split(".")[0] for m in sys.modules if sys.modules[m] is not None}
+    print("ok", dec.stats.accepted, dec.stats.drafted)
+    """
+)
+
+
+def test_adapter_is_duck_typed_without_transformers(sv):
+    package_dir = os.path.dirname(sv.__file__)
+    result = subprocess.run(
+        [sys.executable, "-c", _DUCK_SCRIPT, package_dir, sv.__name__ + "_duck"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ok")

@@ -1,0 +1,278 @@
+"""`make bench`: the ops beside naive torch, transformers and the memory floor.
+
+Every figure is a median measured in this one run, cache-warm, on
+`--threads` threads (1 by default), and is printed beside:
+
+* naive  — the pure-torch reference path (`sv.reference`), row by row;
+* peer   — transformers' `_speculative_sampling` (sampled only), fed the logs
+           of the same probabilities, when transformers is installed;
+* floor  — `torch.sum` over exactly the bytes the op must read in that case
+           (the rows up to the stop), contiguous, float32.
+
+Draft qualities: `accept` (every draft token accepted: all K+1 target rows
+and, sampled, all K draft rows are read — the worst case), `reject` (the
+first token rejected: one row, or one row pair), `mixed` (drafts sampled from
+a draft whose per-token acceptance is ~0.68, over a fixed set of rounds).
+
+Absolute microseconds are context only: this machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from kernel_loader import load_kernel  # noqa: E402
+
+SHAPES = [(32000, 4), (128256, 5)]
+MIXED_ROUNDS = 64
+TARGET_ALPHA = 0.68
+
+
+# ----------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------
+
+
+def median_us(fn, repeats: int, warmup: int = 5) -> float:
+    """Median wall time of fn() in microseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def repeats_for(vocab: int, slow: bool) -> int:
+    base = 400 if vocab <= 32000 else 120
+    return max(15, base // 20) if slow else base
+
+
+# ----------------------------------------------------------------------------
+# Cases: target/draft pairs and the rows each round reads
+# ----------------------------------------------------------------------------
+
+
+def mixed_pair(vocab: int, k: int, gen: torch.Generator):
+    """Target rows and a draft whose per-token acceptance is ~TARGET_ALPHA."""
+    target = torch.softmax(torch.randn(k + 1, vocab, generator=gen) * 2.5, -1)
+    other = torch.softmax(torch.randn(k, vocab, generator=gen) * 2.5, -1)
+    lo, hi = 0.0, 1.0
+    for _ in range(40):  # bisection on the mixing weight: alpha grows with it
+        mix = (lo + hi) / 2
+        draft = mix * target[:k] + (1 - mix) * other
+        alpha = torch.minimum(target[:k], draft).sum(-1).mean().item()
+        lo, hi = (mix, hi) if alpha < TARGET_ALPHA else (lo, mix)
+    return target, draft, alpha
+
+
+def build_rounds(sv, vocab: int, k: int, quality: str, gen: torch.Generator):
+    """A list of rounds (target, draft, tokens, uniforms), all of one quality."""
+    target = torch.softmax(torch.randn(k + 1, vocab, generator=gen) * 2.5, -1)
+    if quality == "mixed":
+        target, draft, alpha = mixed_pair(vocab, k, gen)
+    elif quality == "accept":
+        draft = target[:k].clone()  # q == p: every token accepted
+        alpha = 1.0
+    else:
+        # Row 0 of the draft differs from the target; its token is where
+        # q/p peaks and its uniform is ~1, so it is rejected for certain.
+        draft = target[:k].clone()
+        draft[0] = torch.softmax(torch.randn(vocab, generator=gen) * 2.5, -1)
+        alpha = torch.minimum(target[0], draft[0]).sum().item()
+    rounds = []
+    count = MIXED_ROUNDS if quality == "mixed" else 1
+    for _ in range(count):
+        tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+        uniforms = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+        greedy_tokens = target[:k].argmax(-1).clone()
+        if quality == "reject":
+            tokens[0] = (draft[0] / target[0]).argmax()
+            uniforms[0] = 1 - 2**-53
+            greedy_tokens[0] = (greedy_tokens[0] + 1) % vocab
+        elif quality == "mixed":
+            # Greedy: each position agrees with the target's argmax w.p. alpha.
+            miss = torch.rand(k, generator=gen) >= alpha
+            greedy_tokens[miss] = (greedy_tokens[miss] + 1) % vocab
+        rounds.append((target, draft, tokens, greedy_tokens, uniforms))
+    return rounds, alpha
+
+
+def floor_tensors(sv, rounds, k: int, mode: str):
+    """For each round, one contiguous tensor holding exactly the rows read."""
+    tensors = []
+    for target, draft, tokens, greedy_tokens, uniforms in rounds:
+        if mode == "greedy":
+            n, _ = sv.verify_greedy(target, greedy_tokens)
+            tensors.append(target[: n + 1].clone())
+        else:
+            n, _ = sv.verify_sampled(target, draft, tokens, uniforms=uniforms)
+            draft_rows = k if n == k else n + 1
+            tensors.append(torch.cat([target[: n + 1], draft[:draft_rows]]).clone())
+    return tensors
+
+
+# ----------------------------------------------------------------------------
+# The four contenders
+# ----------------------------------------------------------------------------
+
+
+def contenders(sv, rounds, mode: str, peer):
+    ours, naive, theirs = [], [], []
+    for target, draft, tokens, greedy_tokens, uniforms in rounds:
+        if mode == "greedy":
+            ours.append(lambda t=target, g=greedy_tokens: sv.verify_greedy(t, g))
+            naive.append(lambda t=target, g=greedy_tokens: sv.reference.verify_greedy(t, g))
+        else:
+            ours.append(lambda t=target, d=draft, x=tokens, u=uniforms: sv.verify_sampled(t, d, x, uniforms=u))
+            naive.append(
+                lambda t=target, d=draft, x=tokens, u=uniforms: sv.reference.verify_sampled(t, d, x, uniforms=u)
+            )
+            if peer is not None:
+                ids = tokens[None]
+                target_logits, draft_logits = target.log()[None], draft.log()[None]
+                theirs.append(lambda i=ids, d=draft_logits, t=target_logits: peer(i, d, i.shape[1], t))
+    return ours, naive, theirs or None
+
+
+def per_call_us(calls, vocab: int, slow: bool = False) -> float:
+    """Median over passes of the mean time of one call in the list."""
+    def run_all():
+        for call in calls:
+            call()
+
+    return median_us(run_all, repeats_for(vocab, slow) // max(1, len(calls) // 4) + 3) / len(calls)
+
+
+def load_peer():
+    try:
+        from transformers.generation.utils import _speculative_sampling
+    except Exception:  # transformers absent: the peer column stays empty
+        return None
+    return _speculative_sampling
+
+
+# ----------------------------------------------------------------------------
+# Call overhead and batched scaling
+# ----------------------------------------------------------------------------
+
+
+def call_overhead(sv) -> dict:
+    target = torch.ones(1, 1)
+    tokens = torch.empty(0, dtype=torch.long)
+    empty = torch.ones(1)
+    return {
+        "noop_op_us": median_us(lambda: sv.ops.noop(empty), 3000, 200),
+        "raw_op_us": median_us(lambda: sv.ops.verify_greedy(target, tokens), 3000, 200),
+        "wrapper_us": median_us(lambda: sv.verify_greedy(target, tokens), 3000, 200),
+    }
+
+
+def batched_scaling(sv, vocab=32000, k=4, batch=16) -> dict:
+    gen = torch.Generator().manual_seed(1)
+    target = torch.softmax(torch.randn(batch, k + 1, vocab, generator=gen) * 2.5, -1)
+    draft = target[:, :k].clone()  # all accepted: every row read
+    tokens = target[:, :k].argmax(-1)
+    uniforms = torch.rand(batch, k + 1, dtype=torch.float64, generator=gen)
+    result = {}
+    previous = torch.get_num_threads()
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        result[f"sampled_{threads}t_us"] = median_us(
+            lambda: sv.verify_sampled_batched(target, draft, tokens, uniforms=uniforms), 60
+        )
+        result[f"greedy_{threads}t_us"] = median_us(lambda: sv.verify_greedy_batched(target, tokens), 60)
+    torch.set_num_threads(previous)
+    result["sampled_speedup"] = result["sampled_1t_us"] / result["sampled_2t_us"]
+    result["greedy_speedup"] = result["greedy_1t_us"] / result["greedy_2t_us"]
+    return result
+
+
+# ----------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------
+
+
+def print_table(rows, overhead, scaling, info, threads):
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=180)
+    table = Table(title=f"spec-verify, {info['isa']} ({info['float_lanes']} float lanes), {threads} thread(s), medians")
+    for col in ["V", "K", "mode", "draft", "alpha", "ours µs", "naive µs", "peer µs", "floor µs",
+                "ours/floor", "naive/ours", "peer/ours"]:
+        table.add_column(col, justify="right")
+    for r in rows:
+        peer = r["peer_us"]
+        table.add_row(
+            str(r["vocab"]), str(r["k"]), r["mode"], r["quality"], f"{r['alpha']:.2f}",
+            f"{r['ours_us']:.1f}", f"{r['naive_us']:.0f}", "-" if peer is None else f"{peer:.0f}",
+            f"{r['floor_us']:.1f}", f"{r['ours_us'] / r['floor_us']:.2f}x",
+            f"{r['naive_us'] / r['ours_us']:.0f}x", "-" if peer is None else f"{peer / r['ours_us']:.0f}x",
+        )
+    console.print(table)
+    console.print(
+        f"call overhead at V=1, K=0: empty custom op {overhead['noop_op_us']:.2f} µs, "
+        f"raw verify_greedy op {overhead['raw_op_us']:.2f} µs, public wrapper {overhead['wrapper_us']:.2f} µs "
+        f"({overhead['wrapper_us'] / overhead['noop_op_us']:.2f}x the empty op)"
+    )
+    console.print(
+        f"batched B=16, V=32000, K=4, all accepted: sampled {scaling['sampled_1t_us']:.0f} µs on 1 thread, "
+        f"{scaling['sampled_2t_us']:.0f} µs on 2 ({scaling['sampled_speedup']:.2f}x); greedy "
+        f"{scaling['greedy_1t_us']:.0f} / {scaling['greedy_2t_us']:.0f} µs ({scaling['greedy_speedup']:.2f}x)"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Benchmark the verification ops.")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    parser.add_argument("--json", default=str(ROOT / "out" / "bench.json"), help="where to write the table")
+    parser.add_argument("--quick", action="store_true", help="V=32000 only")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    sv = load_kernel()
+    peer = load_peer()
+    info = sv.build_info()
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for vocab, k in SHAPES[:1] if args.quick else SHAPES:
+        for mode in ("greedy", "sampled"):
+            for quality in ("accept", "reject", "mixed"):
+                rounds, alpha = build_rounds(sv, vocab, k, quality, gen)
+                ours, naive, theirs = contenders(sv, rounds, mode, peer)
+                floors = [lambda t=t: t.sum() for t in floor_tensors(sv, rounds, k, mode)]
+                rows.append(dict(
+                    vocab=vocab, k=k, mode=mode, quality=quality, alpha=alpha,
+                    ours_us=per_call_us(ours, vocab),
+                    floor_us=per_call_us(floors, vocab),
+                    naive_us=per_call_us(naive, vocab, slow=True),
+                    peer_us=None if theirs is None else per_call_us(theirs, vocab, slow=True),
+                ))
+                print(f"bench: {vocab} {k} {mode} {quality} done", file=sys.stderr)
+    torch.set_num_threads(1)
+    overhead = call_overhead(sv)
+    scaling = batched_scaling(sv)
+    print_table(rows, overhead, scaling, info, args.threads)
+    out = pathlib.Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(build=info, threads=args.threads, rows=rows, call_overhead=overhead,
+                                   batched=scaling, torch=torch.__version__), indent=2))
+    print(f"bench: wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
