@@ -30,13 +30,19 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
 import conformance as cf  # noqa: E402
 
 ALPHA = 1e-3
-ROUNDS = 200_000  # small vocabularies: cheap (~1 us/round), so far more than the 20 000 floor
+ROUNDS = 500_000  # small vocabularies: cheap (~1 us/round), so far more than the 20 000 floor
 SEED_ROUNDS = 20_000  # V = 32000 through the one-round op (~20 us/round)
-SEED_BATCHED_ROUNDS = 100_000  # V = 32000 through the batched op
+SEED_BATCHED_ROUNDS = 200_000  # V = 32000 through the batched op (~15 us/round)
 
 
-def _run(verifier, target, draft, rounds, seed, name):
-    return cf.run_conformance(verifier, target, draft, rounds, seed=seed, alpha=ALPHA, name=name)
+@pytest.fixture(scope="module")
+def run(sv):
+    """run_conformance at ALPHA, with the law taken from the loaded kernel package."""
+
+    def _run(verifier, target, draft, rounds, seed, name):
+        return cf.run_conformance(verifier, target, draft, rounds, seed=seed, alpha=ALPHA, name=name, law_module=sv)
+
+    return _run
 
 
 # ----------------------------------------------------------------------------
@@ -45,41 +51,57 @@ def _run(verifier, target, draft, rounds, seed, name):
 
 
 @pytest.mark.parametrize("name", sorted(cf.FAMILIES))
-def test_kernel_batched_conforms(sv, name):
+def test_kernel_batched_conforms(sv, run, name):
     """Batched op, one family per run, at alpha = 1e-3 family-wise."""
     target, draft = cf.family(name, seed=1)
-    result = _run(cf.kernel_verifier(sv, batched=True), target, draft, ROUNDS, seed=11, name=name)
+    result = run(cf.kernel_verifier(sv, batched=True), target, draft, ROUNDS, seed=11, name=name)
     assert result.passed, result.report()
 
 
-def test_kernel_single_round_conforms_on_the_seed_pair(sv):
+def test_kernel_single_round_conforms_on_the_seed_pair(sv, run):
     """The one-round op on the seed's pair (V = 32000, K = 4, alpha_i = 0.678), alpha = 1e-3."""
     target, draft = cf.family("seed-0.678", seed=2)
     assert cf.law.acceptance_rates(target, draft).tolist() == pytest.approx([0.678] * 4, abs=1e-4)
-    result = _run(cf.kernel_verifier(sv, batched=False), target, draft, SEED_ROUNDS, seed=12, name="seed")
+    result = run(cf.kernel_verifier(sv, batched=False), target, draft, SEED_ROUNDS, seed=12, name="seed")
     assert result.passed, result.report()
 
 
-def test_kernel_batched_conforms_on_the_seed_pair(sv):
+def test_kernel_batched_conforms_on_the_seed_pair(sv, run):
     """The batched op on the seed's pair (V = 32000, K = 4), alpha = 1e-3."""
     target, draft = cf.family("seed-0.678", seed=4)
-    result = _run(cf.kernel_verifier(sv), target, draft, SEED_BATCHED_ROUNDS, seed=14, name="seed batched")
+    result = run(cf.kernel_verifier(sv), target, draft, SEED_BATCHED_ROUNDS, seed=14, name="seed batched")
     assert result.passed, result.report()
 
 
-def test_kernel_conforms_at_odd_vocabulary_and_k1(sv):
+def test_kernel_conforms_at_odd_vocabulary_and_k1(sv, run):
     """SIMD tails (V = 7) and K = 1 through the batched op, alpha = 1e-3."""
     target, draft = cf.family("sharper-draft", vocab=7, k=1, seed=3)
-    result = _run(cf.kernel_verifier(sv), target, draft, ROUNDS, seed=13, name="V7K1")
+    result = run(cf.kernel_verifier(sv), target, draft, ROUNDS, seed=13, name="V7K1")
     assert result.passed, result.report()
 
 
-def test_numpy_positive_control_conforms():
+def test_numpy_positive_control_conforms(run):
     """The harness accepts an independent correct implementation (alpha = 1e-3)."""
     for name in sorted(cf.FAMILIES):
         target, draft = cf.family(name, seed=1)
-        result = _run(cf.numpy_verifier(), target, draft, ROUNDS, seed=11, name=name)
+        result = run(cf.numpy_verifier(), target, draft, ROUNDS, seed=11, name=name)
         assert result.passed, result.report()
+
+
+@pytest.mark.parametrize("name", sorted(cf.FAMILIES) + ["seed-0.678"])
+def test_kernel_equals_independent_numpy_verifier_round_by_round(sv, name):
+    """Same tokens, same uniforms: the kernel and the harness's numpy verifier agree on every round.
+
+    Exact, not statistical: only a uniform within ~1e-16 of a decision
+    boundary could split them, which 20 000 rounds will not draw.
+    """
+    target, draft = cf.family(name, seed=5)
+    tokens, uniforms = cf.draw_rounds(draft, 20_000, seed=15)
+    tokens_t, uniforms_t = torch.from_numpy(tokens), torch.from_numpy(uniforms)
+    kernel_n, kernel_next = cf.kernel_verifier(sv)(target, draft, tokens_t, uniforms_t)
+    numpy_n, numpy_next = cf.numpy_verifier()(target, draft, tokens_t, uniforms_t)
+    assert np.array_equal(np.asarray(kernel_n), numpy_n)
+    assert np.array_equal(np.asarray(kernel_next), numpy_next)
 
 
 # ----------------------------------------------------------------------------
@@ -88,11 +110,11 @@ def test_numpy_positive_control_conforms():
 
 
 @pytest.mark.parametrize("family_name", ["zipf-smoothed", "sharper-draft", "scales"])
-def test_resampling_from_target_is_rejected(sv, family_name):
+def test_resampling_from_target_is_rejected(sv, run, family_name):
     """On rejection, drawing from p_i instead of the residual fails (alpha = 1e-3)."""
     target, draft = cf.family(family_name, seed=1)
     wrong = cf.resample_from_target(cf.kernel_verifier(sv))
-    result = _run(wrong, target, draft, 20_000, seed=21, name="resample-from-target")
+    result = run(wrong, target, draft, 20_000, seed=21, name="resample-from-target")
     assert not result.passed, result.report()
     # The length law is untouched by this bug: the token tests must be what catches it.
     assert result.chi_squares[0].pvalue >= result.per_test_alpha
@@ -100,20 +122,20 @@ def test_resampling_from_target_is_rejected(sv, family_name):
 
 
 @pytest.mark.parametrize("family_name", ["zipf-smoothed", "sharper-draft"])
-def test_ignoring_the_uniform_is_rejected(sv, family_name):
+def test_ignoring_the_uniform_is_rejected(sv, run, family_name):
     """Accepting iff 0.5 * q(t) < p(t) (u_i ignored) fails (alpha = 1e-3)."""
     target, draft = cf.family(family_name, seed=1)
     wrong = cf.ignore_uniform(cf.kernel_verifier(sv), value=0.5)
-    result = _run(wrong, target, draft, 20_000, seed=22, name="ignore-uniform")
+    result = run(wrong, target, draft, 20_000, seed=22, name="ignore-uniform")
     assert not result.passed, result.report()
     assert result.chi_squares[0].pvalue < 1e-12, result.report()
 
 
-def test_accepting_always_is_rejected(sv):
+def test_accepting_always_is_rejected(sv, run):
     """u_i = 0 accepts every token the target can emit: fails (alpha = 1e-3)."""
     target, draft = cf.family("zipf-smoothed", seed=1)
     wrong = cf.ignore_uniform(cf.kernel_verifier(sv), value=0.0)
-    result = _run(wrong, target, draft, 20_000, seed=23, name="accept-always")
+    result = run(wrong, target, draft, 20_000, seed=23, name="accept-always")
     assert not result.passed
     assert result.z_pvalue < 1e-12
 

@@ -223,25 +223,25 @@ def _process_joint(target_w: list[list[int]], draft_w: list[list[int]]) -> list[
     next token ~ norm(max(0, p_i - q_i)); after K acceptances next ~ p_K.
     """
     k, vocab = len(draft_w), len(target_w[0])
-    p = [_normalized(row) for row in target_w]
-    q = [_normalized(row) for row in draft_w]
+    target = [_normalized(row) for row in target_w]
+    draft = [_normalized(row) for row in draft_w]
     joint = [[Fraction(0)] * vocab for _ in range(k + 1)]
 
     def walk(i: int, weight: Fraction) -> None:
         if i == k:
             for x in range(vocab):
-                joint[k][x] += weight * p[k][x]
+                joint[k][x] += weight * target[k][x]
             return
-        residual = [max(Fraction(0), p[i][x] - q[i][x]) for x in range(vocab)]
+        residual = [max(Fraction(0), target[i][x] - draft[i][x]) for x in range(vocab)]
         res_mass = sum(residual)
         for t in range(vocab):
-            if q[i][t] == 0:
+            if draft[i][t] == 0:
                 continue  # the draft never proposes t
-            accept = min(Fraction(1), p[i][t] / q[i][t])
-            walk(i + 1, weight * q[i][t] * accept)
-            reject = weight * q[i][t] * (1 - accept)
+            accept = min(Fraction(1), target[i][t] / draft[i][t])
+            walk(i + 1, weight * draft[i][t] * accept)
+            reject = weight * draft[i][t] * (1 - accept)
             if reject:
-                assert res_mass > 0  # rejection is possible only if p != q
+                assert res_mass > 0  # rejection is possible only if the rows differ
                 for x in range(vocab):
                     joint[i][x] += reject * residual[x] / res_mass
 
@@ -339,8 +339,8 @@ def _merge(pieces):
 def _measured_joint(verify, target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     """The exact law of ``verify``'s output when t_i ~ q_i and uniforms ~ U[0, 1)."""
     k, vocab = draft.shape
-    q = (draft.double() / draft.double().sum(-1, keepdim=True)).tolist()
-    filler = [max(range(vocab), key=lambda x: q[i][x]) for i in range(k)]  # any proposable token
+    draft_rows = (draft.double() / draft.double().sum(-1, keepdim=True)).tolist()
+    filler = [max(range(vocab), key=lambda x: draft_rows[i][x]) for i in range(k)]  # any proposable token
     joint = torch.zeros(k + 1, vocab, dtype=torch.float64)
 
     def call(tokens, decided, u_last):
@@ -363,12 +363,12 @@ def _measured_joint(verify, target: torch.Tensor, draft: torch.Tensor) -> torch.
             final(k, tokens, decided, weight)
             return
         for t in range(vocab):
-            if q[i][t] == 0:
+            if draft_rows[i][t] == 0:
                 continue  # the draft never proposes t
             toks = tokens + [t]
             # "Rejected at i" is nondecreasing in u_i (accept iff u_i below a threshold).
             for lo, hi, rejected, mid in _steps(lambda u: call(toks, decided + [u], 0.0)[0] == i):
-                w = weight * q[i][t] * (hi - lo)
+                w = weight * draft_rows[i][t] * (hi - lo)
                 if rejected:
                     final(i, toks, decided + [mid], w)
                 else:
@@ -414,3 +414,13 @@ def test_enumeration_helpers_cover_all_mass():
         total[v] = total.get(v, 0.0) + (hi - lo)
     assert sorted(total) == [0, 1, 2]
     assert [total[0], total[1], total[2]] == pytest.approx([0.25, 0.35, 0.4], abs=1e-14)
+
+
+def test_docstring_examples_run(sv):
+    """The examples in the law's docstrings are correct as printed."""
+    import doctest
+    import sys
+
+    module = sys.modules[sv.acceptance_rates.__module__]
+    outcome = doctest.testmod(module, verbose=False)
+    assert outcome.attempted >= 7 and outcome.failed == 0

@@ -133,6 +133,45 @@ def test_sampled_unnormalized_scales(sv, scale):
             )
 
 
+def test_sampled_mass_is_summed_in_float64(sv):
+    # One heavy token and 128255 light ones of 2^-26: in float32 the light
+    # mass is lost against the heavy one; in float64 every sum is exact. The
+    # bonus draw must land where exact arithmetic (Fractions) says.
+    from fractions import Fraction
+
+    vocab, light = 128256, 2.0**-26
+    row = torch.full((vocab,), light)
+    row[0] = 1.0
+    target = row.unsqueeze(0)
+    total = Fraction(1) + (vocab - 1) * Fraction(light)
+    for u in [0.9990, 0.9995, 0.99999]:
+        threshold = Fraction(u) * total  # u * total, exact (the double product rounds far below 2^-26)
+        expected = int((threshold - 1) / Fraction(light)) + 1  # first id whose cumulative mass exceeds it
+        uniforms = torch.tensor([u], dtype=torch.float64)
+        got = sv.verify_sampled(target, torch.empty(0, vocab), torch.empty(0, dtype=torch.long), uniforms=uniforms)
+        assert got == (0, expected), f"u={u}: got {got}, exact arithmetic says {expected}"
+
+
+@pytest.mark.parametrize("vocab", [989, 32000, 128256])
+def test_inverse_cdf_exact_within_half_a_unit(sv, vocab):
+    # Integer weights below 2^20: every partial sum is an integer below 2^53,
+    # so float64 sums are exact in any order, while float32 sums (24 bits)
+    # are not. A threshold half a unit inside either end of token x's
+    # interval must land on x: any rounding of the mass shows up here.
+    gen = torch.Generator().manual_seed(vocab)
+    weights = torch.randint(1, 2**20, (vocab,), generator=gen)
+    cumulative = torch.cumsum(weights, 0).tolist()  # exact Python ints
+    total = cumulative[-1]
+    target = weights.float().unsqueeze(0)  # exact: < 2^24
+    empty_draft, no_tokens = torch.empty(0, vocab), torch.empty(0, dtype=torch.long)
+    for x in torch.randint(1, vocab, (6,), generator=gen).tolist():
+        for inside in (cumulative[x - 1] + 0.5, cumulative[x] - 0.5):
+            uniforms = torch.tensor([inside / total], dtype=torch.float64)
+            for path in (sv, sv.reference):
+                got = path.verify_sampled(target, empty_draft, no_tokens, uniforms=uniforms)
+                assert got == (0, x), f"{path.__name__}: threshold {inside} of {total} gave {got}, not id {x}"
+
+
 def test_sampled_scale_invariance(sv):
     # Row i is normalized by its own sum: scaling a row changes nothing.
     gen = torch.Generator().manual_seed(3)

@@ -35,8 +35,13 @@ Verifiers follow the *rounds protocol*: ``verifier(target_probs [K+1, V],
 draft_probs [K, V], draft_tokens [B, K] int64, uniforms [B, K+1] float64) ->
 (n_accepted [B], next_token [B])``, B rounds of the same pair at once.
 ``single_round_verifier`` adapts a one-round ``verify(target_probs,
-draft_probs, draft_tokens, uniforms=...)``. Two deliberately wrong verifiers
-(negative controls) ship here: ``resample_from_target`` and ``ignore_uniform``.
+draft_probs, draft_tokens, uniforms=...)``; ``kernel_verifier(sv)`` wraps the
+kernel's batched op. Two deliberately wrong verifiers (negative controls) ship
+here as wrappers around any verifier (the kernel, on the command line):
+``resample_from_target`` (on rejection, draws from p_i instead of the
+residual) and ``ignore_uniform`` (accept tests use a fixed 0.5; 0.0 accepts
+always). They must FAIL. ``numpy_verifier`` is an independent correct
+implementation: the harness's positive control.
 """
 
 from __future__ import annotations
@@ -91,9 +96,10 @@ def draw_rounds(draft_probs: torch.Tensor, rounds: int, seed: int) -> tuple[np.n
 
     Returns ``draft_tokens [rounds, K]`` int64 (token i drawn from row i of
     ``draft_probs``, normalized in float64) and ``uniforms [rounds, K+1]``
-    float64 in ``[0, 1)``, from ``numpy.random.default_rng(seed)``.
+    float64 in ``[0, 1)``, from ``numpy.random.default_rng([seed, 1])``: a
+    stream distinct from the ``default_rng(seed)`` that builds the test pairs.
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, 1])
     rows = draft_probs.detach().double().cpu().numpy()
     k = rows.shape[0]
     tokens = np.empty((rounds, k), dtype=np.int64)
@@ -165,24 +171,25 @@ class _NumpyRule:
     def _tables(self, target_probs, draft_probs):
         key = (id(target_probs), id(draft_probs))
         if self._cache is None or self._cache[0] != key:
-            p = target_probs.double().cpu().numpy()
-            q = draft_probs.double().cpu().numpy()
-            p, q = p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
-            k = q.shape[0]
-            residual = np.clip(p[:k] - q, 0.0, None)
+            target_rows = target_probs.double().cpu().numpy()
+            draft_rows = draft_probs.double().cpu().numpy()
+            target_rows = target_rows / target_rows.sum(1, keepdims=True)
+            draft_rows = draft_rows / draft_rows.sum(1, keepdims=True)
+            k = draft_rows.shape[0]
+            residual = np.clip(target_rows[:k] - draft_rows, 0.0, None)
             empty = residual.sum(1) == 0
-            residual[empty] = p[:k][empty]  # why: p == q, rejection impossible; the kernel's fallback
-            cdfs = [np.cumsum(r) for r in residual] + [np.cumsum(p[k])]
-            self._cache = (key, p, q, cdfs)
+            residual[empty] = target_rows[:k][empty]  # why: rows equal, rejection impossible; the kernel's fallback
+            cdfs = [np.cumsum(r) for r in residual] + [np.cumsum(target_rows[k])]
+            self._cache = (key, target_rows, draft_rows, cdfs)
         return self._cache[1:]
 
     def __call__(self, target_probs, draft_probs, draft_tokens, uniforms):
-        p, q, cdfs = self._tables(target_probs, draft_probs)
+        target_rows, draft_rows, cdfs = self._tables(target_probs, draft_probs)
         tokens = np.asarray(draft_tokens)
         u = np.asarray(uniforms, dtype=np.float64)
         k = tokens.shape[1]
         cols = np.arange(k)
-        accepted = u[:, :k] * q[cols, tokens] < p[cols, tokens]
+        accepted = u[:, :k] * draft_rows[cols, tokens] < target_rows[cols, tokens]
         n = np.where(accepted.all(1), k, np.argmin(accepted, axis=1)) if k else np.zeros(len(u), np.int64)
         nxt = np.empty(len(u), dtype=np.int64)
         for j in range(k + 1):
@@ -207,7 +214,8 @@ def resample_from_target(base: Verifier | None = None) -> Verifier:
     base = base or numpy_verifier()
 
     def rounds(target_probs, draft_probs, draft_tokens, uniforms):
-        n, nxt = (torch.as_tensor(a).numpy().astype(np.int64) for a in base(target_probs, draft_probs, draft_tokens, uniforms))
+        out = base(target_probs, draft_probs, draft_tokens, uniforms)
+        n, nxt = (torch.as_tensor(a).numpy().astype(np.int64) for a in out)
         k = draft_tokens.shape[1]
         rows = target_probs.double().cpu().numpy()
         u_last = np.asarray(uniforms)[:, k]
@@ -427,6 +435,7 @@ def run_conformance(
     chunk: int = 8192,
     progress: bool = False,
     name: str = "",
+    law_module=None,
 ) -> ConformanceResult:
     """Run ``rounds`` verification rounds of one pair and test them against the law.
 
@@ -447,12 +456,20 @@ def run_conformance(
         Rounds per verifier call.
     progress : bool
         Show a tqdm progress bar.
+    name : str
+        Label of the run in its report.
+    law_module : module, optional
+        Where the law comes from: anything with ``acceptance_rates``,
+        ``accepted_length_pmf``, ``emitted_token_law``, ``expected_accepted``
+        and ``accepted_length_variance`` (the loaded kernel qualifies).
+        Default: ``torch-ext/spec_verify/law.py`` of this checkout.
     """
     start = time.perf_counter()
+    the_law = law if law_module is None else law_module
     k, vocab = draft_probs.shape
-    acceptance = law.acceptance_rates(target_probs, draft_probs)
-    pmf = law.accepted_length_pmf(acceptance).numpy()
-    rows = law.emitted_token_law(target_probs, draft_probs).numpy()
+    acceptance = the_law.acceptance_rates(target_probs, draft_probs)
+    pmf = the_law.accepted_length_pmf(acceptance).numpy()
+    rows = the_law.emitted_token_law(target_probs, draft_probs).numpy()
 
     tokens, uniforms = draw_rounds(draft_probs, rounds, seed)
     n = np.empty(rounds, dtype=np.int64)
@@ -473,8 +490,8 @@ def run_conformance(
 
     hist, length = _length_test(n, pmf)
     chis = [length] + _token_tests(n, nxt, rows)
-    mean_law = law.expected_accepted(acceptance)
-    se = math.sqrt(law.accepted_length_variance(acceptance) / max(rounds, 1))
+    mean_law = the_law.expected_accepted(acceptance)
+    se = math.sqrt(the_law.accepted_length_variance(acceptance) / max(rounds, 1))
     mean = float(n.mean()) if rounds else float("nan")
     z = (mean - mean_law) / se if se > 0 else (0.0 if mean == mean_law else math.inf)
     z_p = float(2 * stats.norm.sf(abs(z)))
@@ -600,7 +617,9 @@ FAMILIES = {
 }
 
 
-def family(name: str, vocab: int | None = None, k: int | None = None, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def family(
+    name: str, vocab: int | None = None, k: int | None = None, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A named float32 target/draft pair ``([K+1, V], [K, V])``.
 
     ``zipf-smoothed``, ``sharper-draft``, ``disjoint-zeros``, ``scales``, and
@@ -661,8 +680,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise significance level")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--chunk", type=int, default=8192)
+    parser.add_argument("--chunk", type=int, default=8192, help="rounds per verifier call")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     target, draft = family(args.family, args.vocab, args.k, args.seed)
     result = run_conformance(

@@ -1,0 +1,112 @@
+"""Break the kernel on purpose and check that the tests notice.
+
+Each mutant is one small source edit (a bug someone could plausibly write).
+For each, the tree is copied to a temporary folder, the edit applied, the
+kernel rebuilt there and the named test files run; a mutant the tests do not
+kill is a hole in the suite. Run: `.venv/bin/python tools/mutants.py`
+(about a minute per mutant on 2 cores; `--only NAME` for one). A mutant
+counts as killed only if every test file it names fails on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: list[str]
+
+
+MUTANTS = [
+    Mutant("ties go to the highest id", "csrc/verify_rows.cpp",
+           "if (block_max > best) {", "if (block_max >= best) {",
+           ["tests/test_ops_match_reference.py"]),
+    Mutant("greedy reads every row (not lazy)", "csrc/verify_ops.cpp",
+           "    if (tokens.at(token_seq, i) != best) return {i, best};",
+           "    if (tokens.at(token_seq, i) != best) { for (int64_t j = i + 1; j <= k; ++j) "
+           "checked_argmax(target + j * row_stride, vocab, block, seq, j); return {i, best}; }",
+           ["tests/test_ops_properties.py"]),
+    Mutant("acceptance ignores its own uniform", "csrc/verify_ops.cpp",
+           "if (uniforms[i] * draft_at * target_mass < target_at * draft_mass) continue;",
+           "if (uniforms[k] * draft_at * target_mass < target_at * draft_mass) continue;",
+           ["tests/test_ops_match_reference.py", "tests/test_conformance.py"]),
+    Mutant("rejection resamples from p, not the residual", "csrc/verify_ops.cpp",
+           "    if (residual_mass > 0.0) {", "    if (false) {",
+           ["tests/test_ops_match_reference.py", "tests/test_conformance.py"]),
+    Mutant("inverse CDF may land on a zero-mass token", "csrc/verify_ops.cpp",
+           "  return last_positive;\n}", "  return end - 1;\n}",
+           ["tests/test_ops_properties.py"]),
+    Mutant("negative entries not screened", "csrc/verify_ops.cpp",
+           "if (suspect || !std::isfinite(mass)) refuse_bad_entry",
+           "if (!std::isfinite(mass)) refuse_bad_entry",
+           ["tests/test_bad_input.py"]),
+    Mutant("uniforms drawn one short", "csrc/verify_ops.cpp",
+           "draw_uniforms(generator, u.data(), k + 1);", "draw_uniforms(generator, u.data(), k); u[k] = 0.5;",
+           ["tests/test_ops_properties.py"]),
+    Mutant("fake output has the wrong shape", "torch-ext/spec_verify/_fake.py",
+           "    batch = draft_tokens.shape[0]\n    return (", "    batch = draft_tokens.shape[0] + 1\n    return (",
+           ["tests/test_registration.py"]),
+    Mutant("row mass rounded to float32 per block", "csrc/verify_rows.cpp",
+           "    block_sums[b] = sum_lanes((s0 + s1) + (s2 + s3));",
+           "    block_sums[b] = static_cast<float>(sum_lanes((s0 + s1) + (s2 + s3)));",
+           ["tests/test_ops_match_reference.py"]),
+]
+
+
+def run_mutant(mutant: Mutant, python: str) -> tuple[bool, str, float]:
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sv-mutant-") as tmp:
+        tree = Path(tmp) / "tree"
+        shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".venv", "build", "out", ".git", "__pycache__", ".cache"))
+        target = tree / mutant.path
+        text = target.read_text()
+        if mutant.old not in text:
+            return False, f"edit does not apply (source changed?): {mutant.old[:60]!r}", 0.0
+        target.write_text(text.replace(mutant.old, mutant.new, 1))
+        build = subprocess.run([python, "tools/build_kernel.py"], cwd=tree, capture_output=True, text=True)
+        if build.returncode != 0:
+            return True, "killed at build time", time.perf_counter() - start
+        # Each named file on its own: every family it names must kill the mutant.
+        verdicts = []
+        for test_file in mutant.tests:
+            tests = subprocess.run(
+                [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", test_file],
+                cwd=tree, capture_output=True, text=True, timeout=1800,
+            )
+            tail = [line for line in tests.stdout.splitlines() if "passed" in line or "failed" in line]
+            verdicts.append((tests.returncode != 0, f"{Path(test_file).name}: {tail[-1] if tail else '?'}"))
+        killed = all(v for v, _ in verdicts)
+        return killed, "; ".join(d for _, d in verdicts), time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", help="run the mutant whose name contains this")
+    args = parser.parse_args(argv)
+    survivors = 0
+    for mutant in MUTANTS:
+        if args.only and args.only not in mutant.name:
+            continue
+        killed, detail, seconds = run_mutant(mutant, sys.executable)
+        survivors += not killed
+        print(f"{'KILLED ' if killed else 'SURVIVED'}  {mutant.name:48s} {seconds:5.0f} s  {detail}", flush=True)
+    print(f"{survivors} mutant(s) survived")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
