@@ -209,3 +209,38 @@ def test_each_instruction_set_matches_reference(sv, capability):
     if capability == "default" or capability == native or (capability == "avx2" and native == "avx512"):
         assert isa.lower() == capability, f"asked for {capability}, ran {isa}"
     assert mismatches == "0", f"{mismatches} mismatches on {isa}"
+
+
+# ----------------------------------------------------------------------------
+# No O(V) temporary per call
+# ----------------------------------------------------------------------------
+
+
+def _bytes_allocated_by(fn, prefix):
+    """Bytes the CPU allocator handed to ops whose name starts with prefix."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return sum(e.cpu_memory_usage for e in prof.events() if e.name.startswith(prefix) and e.cpu_memory_usage > 0)
+
+
+@pytest.mark.parametrize("vocab", [1000, 128256])
+def test_no_vocab_sized_allocation(sv, vocab):
+    target = torch.rand(3, 5, vocab)
+    draft = torch.rand(3, 4, vocab)
+    tokens = torch.multinomial(draft.reshape(-1, vocab), 1).reshape(3, 4)
+    namespace = sv.ops.__name__.split(".")[-1]
+
+    def all_ops():
+        sv.ops.verify_greedy(target[0], tokens[0])
+        sv.ops.verify_sampled(target[0], draft[0], tokens[0], None, None)
+        sv.ops.verify_greedy_batched(target, tokens, None)
+        sv.ops.verify_sampled_batched(target, draft, tokens, None, None, None)
+
+    # Only the outputs: 2 x 8 bytes per single op, 2 x 3 x 8 per batched op
+    # (and > 0: the profiler did attribute the ops' own allocations).
+    allocated = _bytes_allocated_by(all_ops, namespace)
+    assert 0 < allocated <= 2 * 16 + 2 * 48, f"{allocated} bytes allocated at V = {vocab}"
+    # Control: the instrument does see an O(V) allocation made inside an op.
+    assert _bytes_allocated_by(lambda: target[0].contiguous(memory_format=torch.preserve_format).clone(), "aten::") >= 4 * vocab
