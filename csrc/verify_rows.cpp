@@ -10,6 +10,7 @@
 // block, full chunks of two float vectors, then one loadu(ptr, n) tail whose
 // missing lanes are zero (or -inf where zero would change the answer).
 #include "verify_rows.h"
+#include "vec_float64.h"
 
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
@@ -26,8 +27,7 @@ namespace spec_verify {
 namespace CPU_CAPABILITY {
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
-using VecD = at::vec::Vectorized<double>;
+// Vec, VecD, widen() and sum_lanes() come from vec_float64.h.
 
 // ----------------------------------------------------------------------------
 // Loading a chunk (2 float vectors) from float, half or bfloat16
@@ -75,33 +75,6 @@ struct Chunk<c10::Half> : Chunk16<c10::Half> {};
 template <>
 struct Chunk<c10::BFloat16> : Chunk16<c10::BFloat16> {};
 
-// ----------------------------------------------------------------------------
-// float -> float64 widening (the row masses are summed in float64)
-// ----------------------------------------------------------------------------
-
-static_assert(Vec::size() == 2 * VecD::size(), "a float vector must widen to two double vectors");
-
-inline void widen(const Vec& v, VecD& lo, VecD& hi) {
-#if defined(CPU_CAPABILITY_AVX512)
-  const __m512 x = v;
-  lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-  hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-#elif defined(CPU_CAPABILITY_AVX2)
-  const __m256 x = v;
-  lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-  hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-#else
-  // Generic path (and NEON): through a small buffer; compilers turn this
-  // into conversion instructions. Exact either way: float -> double is.
-  alignas(64) float narrow[Vec::size()];
-  alignas(64) double wide[Vec::size()];
-  v.store(narrow);
-  for (const auto j : c10::irange(Vec::size())) wide[j] = static_cast<double>(narrow[j]);
-  lo = VecD::loadu(wide);
-  hi = VecD::loadu(wide + VecD::size());
-#endif
-}
-
 inline void Chunk<float>::load_wide(const float* ptr, VecD& w0, VecD& w1, VecD& w2, VecD& w3) {
 #if defined(CPU_CAPABILITY_AVX512)
   w0 = _mm512_cvtps_pd(_mm256_loadu_ps(ptr));
@@ -132,10 +105,6 @@ inline void load_wide(const scalar_t* ptr, VecD& w0, VecD& w1, VecD& w2, VecD& w
 template <>
 inline void load_wide<float>(const float* ptr, VecD& w0, VecD& w1, VecD& w2, VecD& w3) {
   Chunk<float>::load_wide(ptr, w0, w1, w2, w3);
-}
-
-inline double sum_lanes(const VecD& v) {
-  return at::vec::vec_reduce_all<double>([](VecD& a, VecD& b) { return a + b; }, v);
 }
 
 inline bool any_sign_bit(const Vec& v) {

@@ -35,7 +35,10 @@ def test_get_kernel_with_local_override_in_a_fresh_process():
 
 
 def test_variant_folder_and_metadata(sv):
-    variant = next((REPO / "build").glob("torch*-cxx11-cpu-*-linux"))
+    import platform
+
+    # build/ may also hold a cross-built variant (tools/aarch64): take this machine's.
+    variant = next((REPO / "build").glob(f"torch*-cxx11-cpu-{platform.machine()}-linux"))
     metadata = json.loads((variant / "metadata.json").read_text())
     assert metadata["python-depends"] == [] and metadata["backend"] == {"type": "cpu"}
     assert metadata["name"] == "spec-verify" and metadata["version"] == 1

@@ -201,8 +201,125 @@ def batched_scaling(sv, vocab=32000, k=4, batch=16) -> dict:
 
 
 # ----------------------------------------------------------------------------
+# Logits in: verify_logits against transformers' warpers + _speculative_sampling
+# ----------------------------------------------------------------------------
+
+# (label, temperature, top_k, top_p, min_p); the first is the issue's bar.
+LOGITS_WARPS = [
+    ("T0.7 k50 p0.9", 0.7, 50, 0.9, 0.0),
+    ("T0.7 p0.9", 0.7, 0, 0.9, 0.0),
+    ("T0.7 k50", 0.7, 50, 1.0, 0.0),
+    ("T1.0", 1.0, 0, 1.0, 0.0),
+    ("T0.7 min-p0.05", 0.7, 0, 1.0, 0.05),
+]
+
+
+def peer_warpers(temperature, top_k, top_p, min_p):
+    """transformers' own processors, in their order (None: transformers absent)."""
+    try:
+        from transformers.generation.logits_process import (
+            MinPLogitsWarper,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+    except Exception:  # transformers absent: the peer column stays empty
+        return None
+    warpers = [TemperatureLogitsWarper(temperature)]
+    warpers += [TopKLogitsWarper(top_k)] if top_k else []
+    warpers += [TopPLogitsWarper(top_p)] if top_p < 1.0 else []
+    warpers += [MinPLogitsWarper(min_p)] if min_p else []
+    return warpers
+
+
+def verify_logits_rows(sv, peer, vocab=32000, k=4) -> list[dict]:
+    """verify_logits beside transformers' warpers + `_speculative_sampling`, same logits.
+
+    Drafts: `accept` (draft logits = target logits: every token accepted, all
+    2K+1 rows warped -- our worst case) and `mixed` (draft = noisy target,
+    tokens from sample_draft, MIXED_ROUNDS rounds). The peer always warps and
+    softmaxes every row, whatever the draft.
+    """
+    gen = torch.Generator().manual_seed(5)
+    target = torch.randn(k + 1, vocab, generator=gen) * 3
+    rows = []
+    for label, temperature, top_k, top_p, min_p in LOGITS_WARPS:
+        warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+        warpers = peer_warpers(temperature, top_k, top_p, min_p) if peer is not None else None
+        for quality in ("accept", "mixed"):
+            if quality == "accept":
+                drafts = [target[:k].clone()]
+            else:
+                drafts = [target[:k] * 0.8 + torch.randn(k, vocab, generator=gen) for _ in range(4)]
+            rounds = []
+            for r in range(1 if quality == "accept" else MIXED_ROUNDS):
+                draft = drafts[r % len(drafts)]
+                tokens = sv.sample_draft(draft, generator=gen, **warp)
+                uniforms = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+                rounds.append((draft, tokens, uniforms))
+            ours = [
+                lambda d=d, x=x, u=u: sv.verify_logits(target, d, x, uniforms=u, **warp) for d, x, u in rounds
+            ]
+            accepted = sum(sv.verify_logits(target, d, x, uniforms=u, **warp)[0] for d, x, u in rounds) / len(rounds)
+            theirs = None
+            if warpers is not None:
+
+                def peer_call(d, x, ws=warpers):
+                    t_scores, d_scores = target, d
+                    for w in ws:
+                        t_scores, d_scores = w(None, t_scores), w(None, d_scores)
+                    return peer(x[None], d_scores[None], k, t_scores[None])
+
+                # The peer's cost does not depend on the draft: a few rounds suffice.
+                theirs = [lambda d=d, x=x: peer_call(d, x) for d, x, _ in rounds[:4]]
+            ours_us = per_call_us(ours, vocab)
+            peer_us = None if theirs is None else per_call_us(theirs, vocab, slow=True)
+            rows.append(dict(vocab=vocab, k=k, warp=label, quality=quality, mean_accepted=accepted,
+                             ours_us=ours_us, peer_us=peer_us))
+            print(f"bench: verify_logits {label} {quality} done", file=sys.stderr)
+    return rows
+
+
+def print_logits_table(rows, threads):
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"verify_logits vs transformers' warpers + _speculative_sampling, {threads} thread(s), medians")
+    for col in ["V", "K", "warping", "draft", "mean n", "ours µs", "peer µs", "peer/ours"]:
+        table.add_column(col, justify="right")
+    for r in rows:
+        peer = r["peer_us"]
+        table.add_row(
+            str(r["vocab"]), str(r["k"]), r["warp"], r["quality"], f"{r['mean_accepted']:.2f}",
+            f"{r['ours_us']:.1f}", "-" if peer is None else f"{peer:.0f}",
+            "-" if peer is None else f"{peer / r['ours_us']:.0f}x",
+        )
+    Console(width=180).print(table)
+
+
+# ----------------------------------------------------------------------------
 # Report
 # ----------------------------------------------------------------------------
+
+
+# The issue's bars, on the all-accepted (worst) case: (max ours/floor, min naive/ours, min peer/ours).
+BARS = {"greedy": (1.5, 10.0, None), "sampled": (2.5, 25.0, 25.0)}
+
+
+def bar_lines(rows) -> list[str]:
+    """One line per all-accepted row: each bar, met or missed, with the figure."""
+    lines = []
+    for r in rows:
+        if r["quality"] != "accept":
+            continue
+        max_floor, min_naive, min_peer = BARS[r["mode"]]
+        checks = [(f"ours/floor {r['ours_us'] / r['floor_us']:.2f}x <= {max_floor}x", r["ours_us"] / r["floor_us"] <= max_floor),
+                  (f"naive/ours {r['naive_us'] / r['ours_us']:.0f}x >= {min_naive:.0f}x", r["naive_us"] / r["ours_us"] >= min_naive)]
+        if min_peer is not None and r["peer_us"] is not None:
+            checks.append((f"peer/ours {r['peer_us'] / r['ours_us']:.0f}x >= {min_peer:.0f}x", r["peer_us"] / r["ours_us"] >= min_peer))
+        verdicts = ", ".join(f"{text} {'met' if ok else 'MISSED'}" for text, ok in checks)
+        lines.append(f"bar V={r['vocab']} K={r['k']} {r['mode']}: {verdicts}")
+    return lines
 
 
 def print_table(rows, overhead, scaling, info, threads):
@@ -210,7 +327,8 @@ def print_table(rows, overhead, scaling, info, threads):
     from rich.table import Table
 
     console = Console(width=180)
-    table = Table(title=f"spec-verify, {info['isa']} ({info['float_lanes']} float lanes), {threads} thread(s), medians")
+    table = Table(title=f"spec-verify, argmax {info['isa']} ({info['float_lanes']} float lanes), float64 passes "
+                        f"{info['mass_isa']}, {threads} thread(s), medians")
     for col in ["V", "K", "mode", "draft", "alpha", "ours µs", "naive µs", "peer µs", "floor µs",
                 "ours/floor", "naive/ours", "peer/ours"]:
         table.add_column(col, justify="right")
@@ -223,6 +341,8 @@ def print_table(rows, overhead, scaling, info, threads):
             f"{r['naive_us'] / r['ours_us']:.0f}x", "-" if peer is None else f"{peer / r['ours_us']:.0f}x",
         )
     console.print(table)
+    for line in bar_lines(rows):
+        console.print(line)
     console.print(
         f"call overhead at V=1, K=0: empty custom op {overhead['noop_op_us']:.2f} µs, "
         f"raw verify_greedy op {overhead['raw_op_us']:.2f} µs, public wrapper {overhead['wrapper_us']:.2f} µs "
@@ -266,10 +386,13 @@ def main(argv=None) -> int:
     overhead = call_overhead(sv)
     scaling = batched_scaling(sv)
     print_table(rows, overhead, scaling, info, args.threads)
+    torch.set_num_threads(args.threads)
+    logits_rows = verify_logits_rows(sv, peer)
+    print_logits_table(logits_rows, args.threads)
     out = pathlib.Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(build=info, threads=args.threads, rows=rows, call_overhead=overhead,
-                                   batched=scaling, torch=torch.__version__), indent=2))
+                                   batched=scaling, verify_logits=logits_rows, torch=torch.__version__), indent=2))
     print(f"bench: wrote {out}")
     return 0
 

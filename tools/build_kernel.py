@@ -20,16 +20,24 @@ compiler ourselves, as ATen's own build does.
 The .so talks to torch only through the dispatcher (TORCH_LIBRARY) and never
 to the Python C API, so it is Python-version independent: hence `.abi3.so`,
 loaded with torch.ops.load_library.
+
+Cross builds (tools/aarch64/build.sh): `--arch aarch64 --cxx
+aarch64-linux-gnu-g++ --torch-dir <arm64 root>/.../site-packages/torch`
+compiles against another machine's torch (its headers, libraries, version and
+C++ ABI read from that folder) and names the variant after --arch. Without
+these options the build is for the running torch on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -42,15 +50,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "torch-ext" / "spec_verify"
 CPP_SOURCES = [
     ROOT / "torch-ext" / "torch_binding.cpp",
+    ROOT / "csrc" / "verify_common.cpp",
+    ROOT / "csrc" / "verify_common.h",
     ROOT / "csrc" / "verify_ops.cpp",
     ROOT / "csrc" / "verify_ops.h",
     ROOT / "csrc" / "verify_rows.cpp",
     ROOT / "csrc" / "verify_rows.h",
+    ROOT / "csrc" / "vec_float64.h",
+    ROOT / "csrc" / "logits_ops.cpp",
+    ROOT / "csrc" / "logits_ops.h",
+    ROOT / "csrc" / "warp_rows.cpp",
+    ROOT / "csrc" / "warp_rows.h",
 ]
 KERNEL_NAME = "spec-verify"
 KERNEL_VERSION = 1
 
-# Per-ISA flags for verify_rows.cpp, as ATen builds its CPU kernels.
+# Per-ISA flags for verify_rows.cpp and warp_rows.cpp, as ATen builds its CPU kernels.
 X86_ISAS = {
     "DEFAULT": [],
     "AVX2": ["-mavx2", "-mfma", "-mf16c"],
@@ -58,15 +73,57 @@ X86_ISAS = {
 }
 
 
-def variant_name() -> str:
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    abi = "cxx11" if torch._C._GLIBCXX_USE_CXX11_ABI else "cxx98"
-    return f"torch{major}{minor}-{abi}-cpu-{platform.machine()}-linux"
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The torch and machine the kernel is built for."""
+
+    torch_version: str
+    cxx11_abi: bool
+    machine: str
+    include_paths: list[str]
+    library_paths: list[str]
+    cxx: str
 
 
-def isas_for_machine() -> dict[str, list[str]]:
+def host_target(cxx: str | None) -> Target:
+    """The running torch on this machine (the default build)."""
+    return Target(
+        torch_version=torch.__version__,
+        cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        machine=platform.machine(),
+        include_paths=cpp_extension.include_paths(),
+        library_paths=cpp_extension.library_paths(),
+        cxx=cxx or os.environ.get("CXX", "g++"),
+    )
+
+
+def cross_target(torch_dir: Path, machine: str, cxx: str | None) -> Target:
+    """Another machine's torch package folder, read without importing it."""
+    version_py = (torch_dir / "version.py").read_text()
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", version_py, re.M)
+    if not match:
+        raise SystemExit(f"build: no __version__ in {torch_dir / 'version.py'}")
+    # The C++ ABI: libc10 exports std::__cxx11 symbols only when built with it.
+    cxx11_abi = b"__cxx11" in (torch_dir / "lib" / "libc10.so").read_bytes()
+    return Target(
+        torch_version=match.group(1),
+        cxx11_abi=cxx11_abi,
+        machine=machine,
+        include_paths=[str(torch_dir / "include"), str(torch_dir / "include" / "torch" / "csrc" / "api" / "include")],
+        library_paths=[str(torch_dir / "lib")],
+        cxx=cxx or os.environ.get("CXX", "g++"),
+    )
+
+
+def variant_name(target: Target) -> str:
+    major, minor = target.torch_version.split("+")[0].split(".")[:2]
+    abi = "cxx11" if target.cxx11_abi else "cxx98"
+    return f"torch{major}{minor}-{abi}-cpu-{target.machine}-linux"
+
+
+def isas_for_machine(machine: str) -> dict[str, list[str]]:
     # aarch64 and others: the DEFAULT build only (NEON on aarch64).
-    return X86_ISAS if platform.machine() in ("x86_64", "AMD64") else {"DEFAULT": []}
+    return X86_ISAS if machine in ("x86_64", "AMD64") else {"DEFAULT": []}
 
 
 def source_hash(extra: str) -> str:
@@ -77,8 +134,8 @@ def source_hash(extra: str) -> str:
     return digest.hexdigest()[:10]
 
 
-def common_flags(namespace: str, isas: dict[str, list[str]]) -> list[str]:
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+def common_flags(namespace: str, isas: dict[str, list[str]], target: Target) -> list[str]:
+    abi = int(target.cxx11_abi)
     flags = [
         "-O3",
         "-std=c++17",
@@ -95,7 +152,7 @@ def common_flags(namespace: str, isas: dict[str, list[str]]) -> list[str]:
         "-Wno-unused-parameter",
     ]
     flags += [f"-DSV_HAVE_{isa}" for isa in isas if isa != "DEFAULT"]
-    flags += [f"-I{p}" for p in cpp_extension.include_paths()]
+    flags += [f"-I{p}" for p in target.include_paths]
     return flags
 
 
@@ -111,18 +168,21 @@ def compile_one(cxx: str, source: Path, obj: Path, flags: list[str]) -> tuple[Pa
     return obj, time.perf_counter() - start
 
 
-def build_library(namespace: str, out_dir: Path, isas: dict[str, list[str]]) -> Path:
-    cxx = os.environ.get("CXX", "g++")
+def build_library(namespace: str, out_dir: Path, isas: dict[str, list[str]], target: Target) -> Path:
+    cxx = target.cxx
     obj_dir = ROOT / "build" / "obj" / namespace
     obj_dir.mkdir(parents=True, exist_ok=True)
-    base = common_flags(namespace, isas)
+    base = common_flags(namespace, isas, target)
     jobs = [
         (ROOT / "torch-ext" / "torch_binding.cpp", obj_dir / "torch_binding.o", base),
+        (ROOT / "csrc" / "verify_common.cpp", obj_dir / "verify_common.o", base),
         (ROOT / "csrc" / "verify_ops.cpp", obj_dir / "verify_ops.o", base),
+        (ROOT / "csrc" / "logits_ops.cpp", obj_dir / "logits_ops.o", base),
     ]
     for isa, isa_flags in isas.items():
         defines = [f"-DCPU_CAPABILITY={isa}", f"-DCPU_CAPABILITY_{isa}"]
-        jobs.append((ROOT / "csrc" / "verify_rows.cpp", obj_dir / f"verify_rows_{isa}.o", base + defines + isa_flags))
+        for rows in ("verify_rows", "warp_rows"):
+            jobs.append((ROOT / "csrc" / f"{rows}.cpp", obj_dir / f"{rows}_{isa}.o", base + defines + isa_flags))
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for obj, seconds in pool.map(lambda job: compile_one(cxx, *job), jobs):
             print(f"build: compiled {obj.name} in {seconds:.1f} s")
@@ -132,7 +192,7 @@ def build_library(namespace: str, out_dir: Path, isas: dict[str, list[str]]) -> 
     objects = [str(job[1]) for job in jobs]
     # -fopenmp records libgomp.so.1, which resolves to the copy torch loaded.
     link = [cxx, "-shared", "-fopenmp", "-o", str(library), *objects]
-    link += [f"-L{p}" for p in cpp_extension.library_paths()]
+    link += [f"-L{p}" for p in target.library_paths]
     link += ["-lc10", "-ltorch_cpu", "-ltorch"]
     result = subprocess.run(link, capture_output=True, text=True)
     if result.returncode != 0:
@@ -180,11 +240,17 @@ def write_variant(namespace: str, variant_dir: Path, library: Path | None) -> No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--force", action="store_true", help="rebuild the C++ even if up to date")
+    parser.add_argument("--cxx", help="the C++ compiler (default: $CXX, else g++)")
+    parser.add_argument("--torch-dir", type=Path, help="cross build: the target machine's torch package folder")
+    parser.add_argument("--arch", help="cross build: the target machine, as platform.machine() there (with --torch-dir)")
     args = parser.parse_args(argv)
+    if (args.torch_dir is None) != (args.arch is None):
+        parser.error("--torch-dir and --arch go together")
 
-    isas = isas_for_machine()
-    namespace = f"_spec_verify_cpu_{source_hash(torch.__version__ + ','.join(isas))}"
-    variant_dir = ROOT / "build" / variant_name()
+    target = host_target(args.cxx) if args.torch_dir is None else cross_target(args.torch_dir.resolve(), args.arch, args.cxx)
+    isas = isas_for_machine(target.machine)
+    namespace = f"_spec_verify_cpu_{source_hash(target.torch_version + ','.join(isas))}"
+    variant_dir = ROOT / "build" / variant_name(target)
     library = variant_dir / f"{namespace}.abi3.so"
     if library.exists() and not args.force:
         print(f"build: {library.relative_to(ROOT)} is up to date")
@@ -193,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         if variant_dir.exists():
             shutil.rmtree(variant_dir)
         variant_dir.mkdir(parents=True)
-        library = build_library(namespace, variant_dir, isas)
+        library = build_library(namespace, variant_dir, isas, target)
         print(f"build: wrote {library.relative_to(ROOT)} (ISAs: {', '.join(isas)})")
     # The Python files are copied every time: editing them needs no recompile.
     write_variant(namespace, variant_dir, library)

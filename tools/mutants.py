@@ -38,7 +38,7 @@ MUTANTS = [
     Mutant("greedy reads every row (not lazy)", "csrc/verify_ops.cpp",
            "    if (tokens.at(token_seq, i) != best) return {i, best};",
            "    if (tokens.at(token_seq, i) != best) { for (int64_t j = i + 1; j <= k; ++j) "
-           "checked_argmax(target + j * row_stride, vocab, block, seq, j); return {i, best}; }",
+           "checked_argmax(\"target_probs\", target + j * row_stride, vocab, seq, j); return {i, best}; }",
            ["tests/test_ops_properties.py"]),
     Mutant("acceptance ignores its own uniform", "csrc/verify_ops.cpp",
            "if (uniforms[i] * draft_at * target_mass < target_at * draft_mass) continue;",
@@ -47,7 +47,7 @@ MUTANTS = [
     Mutant("rejection resamples from p, not the residual", "csrc/verify_ops.cpp",
            "    if (residual_mass > 0.0) {", "    if (false) {",
            ["tests/test_ops_match_reference.py", "tests/test_conformance.py"]),
-    Mutant("inverse CDF may land on a zero-mass token", "csrc/verify_ops.cpp",
+    Mutant("inverse CDF may land on a zero-mass token", "csrc/verify_common.h",
            "  return last_positive;\n}", "  return end - 1;\n}",
            ["tests/test_ops_properties.py"]),
     Mutant("negative entries not screened", "csrc/verify_ops.cpp",

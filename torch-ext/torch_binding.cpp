@@ -6,6 +6,7 @@
 #include <torch/all.h>
 #include <torch/library.h>
 
+#include "../csrc/logits_ops.h"
 #include "../csrc/verify_ops.h"
 
 #ifndef SV_OPS_NAMESPACE
@@ -38,6 +39,27 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
   // No tensors in or out: registered for every backend.
   m.def("build_info() -> str", &spec_verify::build_info);
   m.def("noop(Tensor x) -> ()");
+  // Logits in: temperature, top-k, top-p, min-p applied to draft and target
+  // inside the op (csrc/logits_ops.cpp).
+  m.def(
+      "verify_logits(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
+      "float temperature=1.0, int top_k=0, float top_p=1.0, float min_p=0.0, "
+      "Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+  m.def(
+      "verify_logits_ints(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
+      "float temperature=1.0, int top_k=0, float top_p=1.0, float min_p=0.0, "
+      "Tensor? uniforms=None, Generator? generator=None) -> (int, int)");
+  m.def(
+      "verify_logits_batched(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
+      "Tensor? num_draft_tokens=None, float temperature=1.0, int top_k=0, float top_p=1.0, "
+      "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> (Tensor, Tensor)");
+  m.def(
+      "sample_draft(Tensor draft_logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
+      "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+  m.def(
+      "warp_probs(Tensor logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
+      "float min_p=0.0, bool normalize=True) -> Tensor");
+  m.def("warp_info() -> str", &spec_verify::warp_info);
 }
 
 SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
@@ -48,4 +70,9 @@ SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
   m.impl("verify_greedy_batched", &spec_verify::verify_greedy_batched);
   m.impl("verify_sampled_batched", &spec_verify::verify_sampled_batched);
   m.impl("noop", &spec_verify::noop);
+  m.impl("verify_logits", &spec_verify::verify_logits);
+  m.impl("verify_logits_ints", &spec_verify::verify_logits_ints);
+  m.impl("verify_logits_batched", &spec_verify::verify_logits_batched);
+  m.impl("sample_draft", &spec_verify::sample_draft);
+  m.impl("warp_probs", &spec_verify::warp_probs);
 }

@@ -42,3 +42,41 @@ def _verify_sampled_batched_fake(
         target_probs.new_empty((batch,), dtype=torch.int64),
         target_probs.new_empty((batch,), dtype=torch.int64),
     )
+
+
+# ----------------------------------------------------------------------------
+# Logits in (csrc/logits_ops.cpp). verify_logits_ints, like the other *_ints
+# ops, has no fake on purpose.
+# ----------------------------------------------------------------------------
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_logits"))
+def _verify_logits_fake(
+    target_logits, draft_logits, draft_tokens, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+    uniforms=None, generator=None,
+):
+    return target_logits.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_logits_batched"))
+def _verify_logits_batched_fake(
+    target_logits, draft_logits, draft_tokens, num_draft_tokens=None, temperature=1.0, top_k=0,
+    top_p=1.0, min_p=0.0, uniforms=None, generator=None,
+):
+    batch = draft_tokens.shape[0]
+    return (
+        target_logits.new_empty((batch,), dtype=torch.int64),
+        target_logits.new_empty((batch,), dtype=torch.int64),
+    )
+
+
+@torch.library.register_fake(add_op_namespace_prefix("sample_draft"))
+def _sample_draft_fake(
+    draft_logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, uniforms=None, generator=None
+):
+    return draft_logits.new_empty((draft_logits.shape[0],), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("warp_probs"))
+def _warp_probs_fake(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, normalize=True):
+    return logits.new_empty(logits.shape, dtype=torch.float32)

@@ -48,7 +48,7 @@ def warp_logits(
     Parameters
     ----------
     logits : torch.Tensor
-        ``[..., V]`` float logits (any float dtype; computed in float32).
+        ``[..., V]`` float logits (float32, float16 or bfloat16; read as float32).
     temperature : float, default 1.0
         ``> 0``; logits are divided by it.
     top_k : int, default 0
@@ -65,32 +65,20 @@ def warp_logits(
 
     Notes
     -----
-    Ties at a cut-off are resolved as transformers' ``TopKLogitsWarper`` and
-    ``TopPLogitsWarper`` do, made deterministic:
-
-    * top-k keeps every token whose logit equals the ``top_k``-th largest, so a
-      tie at the boundary keeps more than ``top_k`` tokens;
-    * top-p sorts ascending with a *stable* sort and drops tokens while the
-      ascending cumulative mass is ``<= 1 - top_p``; among tokens tied at the
-      boundary the lower ids sort first and so are dropped first. (transformers
-      uses an unstable sort there, so a tie straddling the top-p boundary is
-      the one place the two may differ.) The most likely token is always kept.
+    This is ``spec_verify.warp_probs`` (min-p off): the one definition of the
+    warping, shared with ``verify_logits`` and ``sample_draft`` and written
+    out in ``reference_logits``. Ties at a cut-off are never split: top-k
+    keeps every token tied with the ``top_k``-th largest logit (as
+    transformers' ``TopKLogitsWarper``), and top-p keeps every token tied
+    with the last logit of the smallest head whose mass reaches ``top_p``
+    (transformers' ``TopPLogitsWarper`` splits such a tie in the order of
+    its unstable sort). The most likely token is always kept.
 
     Draft and target go through this same function, so their warps agree.
     """
-    scores = logits.float() / temperature
-    vocab = scores.shape[-1]
-    if 0 < top_k < vocab:
-        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, dim=-1, descending=False, stable=True)
-        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-        drop_sorted = cumulative <= (1.0 - top_p)
-        drop_sorted[..., -1] = False  # min_tokens_to_keep = 1: the top token stays
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
-        scores = scores.masked_fill(drop, float("-inf"))
-    return scores.softmax(dim=-1)
+    from . import warp_probs  # the package's own op; imported here, as __init__ imports this module
+
+    return warp_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 # ----------------------------------------------------------------------------

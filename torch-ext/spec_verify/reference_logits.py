@@ -1,0 +1,464 @@
+"""Pure-torch reference of the logits ops, and the definition of the warping.
+
+``verify_logits``, ``sample_draft`` and ``warp_probs`` take raw logits and
+apply one warping, identically to the draft and to the target, inside the op:
+a caller cannot verify against a distribution the draft did not sample from.
+This module is the definition; the C++ kernel (``csrc/logits_ops.cpp``,
+``csrc/warp_rows.cpp``) computes the same weights bit for bit.
+
+The warping of one row of logits ``x`` (read as float32)
+--------------------------------------------------------
+
+1. **Temperature** ``T > 0``: ``z = (x - max(x)) * s`` in float32, with
+   ``s = float32(1 / T)`` (clamped to ``[FLT_MIN, FLT_MAX]``), and the
+   weight ``w = exp_sv(z)``: a float32 exponential defined by its operations
+   (below), ``w = 1`` exactly at the maximum, ``w = 0`` where ``z < -86``
+   (relative weights below ``e^-86`` are flushed) and for ``-inf`` logits.
+2. **Top-k** (``0 < top_k < V``; ``0`` or ``>= V``: off): keep the tokens whose
+   logit is ``>=`` the ``top_k``-th largest logit. Every token tied with it is
+   kept, so a tie at the cut-off keeps more than ``top_k`` tokens
+   (transformers' ``TopKLogitsWarper`` does the same).
+3. **Top-p** (``top_p < 1``; ``1``: off): rank the top-k set by logit,
+   descending, ties by ascending id; ``tau = top_p * M`` with ``M`` the
+   float64 running sum of its weights in that order. Keep every token whose
+   logit is ``>=`` the logit of the last rank whose preceding running sum is
+   ``< tau``: the smallest head of the ranking whose mass reaches ``tau``,
+   extended to every token tied with its last logit. A cut never splits a
+   group of equal logits, so the rule does not depend on ids or on sort
+   stability (transformers' ``TopPLogitsWarper`` splits such a group in
+   whatever order its unstable sort leaves it). The top token always stays.
+4. **Min-p** (``min_p > 0``; ``0``: off): keep the tokens with
+   ``w >= min_p`` (compared as float64); since the top weight is exactly 1
+   this is ``p(x) >= min_p * max p``, as transformers' ``MinPLogitsWarper``,
+   and renormalizing after the earlier steps does not change it.
+
+The warped weights are ``w`` on the kept tokens and 0 elsewhere; the warped
+distribution is ``w / sum(w)`` (``warp_probs``). ``verify_logits`` is then
+exactly ``verify_sampled`` on the warped target and draft weights, and
+``sample_draft`` draws from the very same weights.
+
+**Temperature 0** is greedy: each warped row is the point mass on its argmax
+(lowest id on ties), so ``verify_logits`` is ``verify_greedy`` on the raw
+target logits, and a draft token that is not the argmax of its draft row is
+refused. No uniform is used and the generator is not advanced.
+
+exp_sv
+------
+``zc = max(z, -87); n = rint(zc * log2e); r = (zc - n * ln2_hi) - n * ln2_lo;
+y = ((((c5 r + c4) r + c3) r + c2) r + c1) r + c0; y = (y * (r * r) + r) + 1;
+exp_sv(z) = y * 2^n`` (0 if ``z < -86``), every operation a separate float32
+operation (Cephes' ``expf`` polynomial, about 1 ulp from ``exp``). Only IEEE
+add, multiply, round-to-even and compare appear, so this file and every
+SIMD build of the kernel produce identical bits; ``torch.exp`` cannot promise
+that (its value depends on which of its own SIMD kernels runs).
+
+Where the kernel may differ from this reference
+-----------------------------------------------
+The weights and the top-k set are bit-identical. Top-p after a top-k that
+keeps at most 4096 tokens is bit-identical too (the same float64 running
+sum, in the same order). Otherwise the kernel locates the top-p boundary
+with a histogram, whose float64 sums run in another order, and, as in
+``verify_sampled``, row masses are summed in another order: a decision can
+then differ only when ``tau`` or a uniform lands within float64 rounding
+(~1e-16 relative) of a boundary.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from .reference import (
+    _argmax_row,
+    _check_num_draft,
+    _check_same_device,
+    _check_token_range,
+    _check_tokens_tensor,
+    _check_uniforms,
+    _draw_uniforms,
+    inverse_cdf,
+)
+
+__all__ = [
+    "exp_sv",
+    "warp_weights",
+    "warp_probs",
+    "verify_logits",
+    "verify_logits_batched",
+    "sample_draft",
+]
+
+_LOGITS_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_FLT_MAX = float(torch.finfo(torch.float32).max)
+_FLT_MIN = float(torch.finfo(torch.float32).tiny)
+
+# exp_sv's constants: the float32 bits of csrc/warp_rows.h, in hex on both sides.
+_LOG2E = float.fromhex("0x1.715476p+0")
+_LN2_HI = float.fromhex("0x1.63p-1")
+_LN2_LO = -float.fromhex("0x1.bd0106p-13")
+_C5 = float.fromhex("0x1.a0d2cep-13")
+_C4 = float.fromhex("0x1.6e879cp-10")
+_C3 = float.fromhex("0x1.11121p-7")
+_C2 = float.fromhex("0x1.555382p-5")
+_C1 = float.fromhex("0x1.555554p-3")
+_C0 = 0.5
+_EXP_FLOOR = -86.0
+_EXP_CLAMP = -87.0
+_SPARSE_LIMIT = 4096  # the kernel's top-k size below which its top-p is bit-exact
+
+
+# ----------------------------------------------------------------------------
+# exp_sv
+# ----------------------------------------------------------------------------
+
+
+def exp_sv(z: torch.Tensor) -> torch.Tensor:
+    """The shared float32 exponential of the warping (see the module docstring).
+
+    ``z`` is a float32 tensor of values ``<= 0`` (``-inf`` allowed). Returns
+    float32 ``exp_sv(z)``: ``exp(0) == 1`` exactly, 0 below ``z = -86``.
+    """
+    if z.dtype != torch.float32:
+        raise TypeError(f"exp_sv takes float32, got {z.dtype}")
+
+    def c(value: float) -> torch.Tensor:
+        return torch.tensor(value, dtype=torch.float32, device=z.device)
+
+    zc = torch.clamp_min(z, _EXP_CLAMP)
+    n = torch.round(torch.mul(zc, c(_LOG2E)))  # round half to even, as the kernel
+    r = torch.sub(zc, torch.mul(n, c(_LN2_HI)))
+    r = torch.sub(r, torch.mul(n, c(_LN2_LO)))
+    y = torch.full_like(z, _C5)
+    for coefficient in (_C4, _C3, _C2, _C1, _C0):
+        y = torch.add(torch.mul(y, r), c(coefficient))  # two roundings: no FMA
+    y = torch.mul(y, torch.mul(r, r))
+    y = torch.add(y, r)
+    y = torch.add(y, c(1.0))
+    # 2^n from its bits: (n + 127) << 23, formed exactly in float32.
+    biased = torch.mul(torch.add(n, c(127.0)), c(8388608.0))
+    two_n = biased.to(torch.int32).view(torch.float32)
+    w = torch.mul(y, two_n)
+    return torch.where(z >= _EXP_FLOOR, w, torch.zeros_like(w))
+
+
+# ----------------------------------------------------------------------------
+# Argument checks (the same rules and wording as csrc/logits_ops.cpp)
+# ----------------------------------------------------------------------------
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_warp(temperature, top_k, top_p, min_p) -> tuple[bool, float, float]:
+    """Validate the warping arguments; return (greedy, scale, min_weight)."""
+    if not _is_real(temperature) or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {temperature!r}")
+    if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k!r}")
+    if not _is_real(top_p) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1] (1 = off), got {top_p!r}")
+    if not _is_real(min_p) or not 0.0 <= min_p < 1.0:
+        raise ValueError(f"min_p must lie in [0, 1) (0 = off), got {min_p!r}")
+    greedy = temperature == 0
+    scale = 0.0
+    if not greedy:
+        inverse = 1.0 / float(temperature)
+        # Clamped so that (x - max) * scale is never NaN (0 * inf) nor 0 for x < max.
+        if inverse > _FLT_MAX:
+            scale = _FLT_MAX
+        else:
+            scale = max(torch.tensor(inverse, dtype=torch.float32).item(), _FLT_MIN)
+    # The smallest float32 >= min_p: min-p as a float32 compare.
+    mw = torch.tensor(float(min_p), dtype=torch.float32)
+    if mw.item() < min_p:
+        mw = torch.nextafter(mw, torch.tensor(math.inf, dtype=torch.float32))
+    return greedy, scale, mw.item()
+
+
+def _check_logits_tensor(name: str, t, ndim: int | None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _LOGITS_DTYPES:
+        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+
+
+def _where(index) -> str:
+    return ", ".join(str(i) for i in index)
+
+
+# ----------------------------------------------------------------------------
+# Warping
+# ----------------------------------------------------------------------------
+
+
+def _warp_row(row: torch.Tensor, scale: float, top_k: int, top_p: float, min_weight: float,
+              name: str = "logits", index: tuple = ()) -> torch.Tensor:
+    """The warped float32 weights of one row of logits (see the module docstring)."""
+    x = row.float()
+    bad = torch.isnan(x) | (x == math.inf)
+    if bool(bad.any()):
+        col = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{name}[{_where((*index, col))}] is {x[col].item()}: logits must be finite or -inf")
+    row_max = x.max()
+    if row_max.item() == -math.inf:
+        raise ValueError(
+            f"{name}[{_where(index)}] is -inf everywhere: a warped row needs at least one finite logit"
+        )
+    vocab = x.numel()
+    scale_t = torch.tensor(scale, dtype=torch.float32, device=x.device)
+    weights = exp_sv(torch.mul(torch.sub(x, row_max), scale_t))
+    keep = torch.ones_like(x, dtype=torch.bool)
+    if 0 < top_k < vocab:
+        kth = torch.topk(x, top_k).values[-1]
+        keep &= x >= kth  # every tie with the k-th largest logit stays
+    if top_p < 1.0:
+        # Rank by logit descending, ties by ascending id (a stable sort).
+        order = torch.sort(x, descending=True, stable=True).indices
+        ranked = torch.where(keep, weights, torch.zeros_like(weights)).double()[order]
+        running = torch.cumsum(ranked, 0)  # float64, sequential, in rank order
+        before = torch.cat([running.new_zeros(1), running[:-1]])
+        tau = top_p * running[-1].item()
+        last = int((before < tau).sum()) - 1  # before[0] = 0 < tau: last >= 0
+        keep &= x >= x[order[last]]  # the cut is a logit: ties with it stay
+    keep &= weights >= torch.tensor(min_weight, dtype=torch.float32, device=x.device)
+    return torch.where(keep, weights, torch.zeros_like(weights))
+
+
+def _rows(logits: torch.Tensor) -> torch.Tensor:
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def warp_weights(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0
+) -> torch.Tensor:
+    """Reference warped weights ``[..., V]`` float32 (unnormalized; 0 off the support).
+
+    ``verify_logits(t, d, x, ...) == verify_sampled(warp_weights(t, ...),
+    warp_weights(d, ...), x)`` for the same uniforms. At temperature 0 the
+    row is the point mass on the argmax (1.0 there, 0 elsewhere).
+    """
+    greedy, scale, min_weight = _check_warp(temperature, top_k, top_p, min_p)
+    _check_logits_tensor("logits", logits, None)
+    if logits.dim() < 1 or logits.shape[-1] < 1:
+        raise ValueError("logits must have a vocabulary of at least one token (V >= 1)")
+    rows = _rows(logits)
+    out = torch.zeros(rows.shape, dtype=torch.float32, device=logits.device)
+    for j in range(rows.shape[0]):
+        if greedy:
+            out[j, _argmax_row(rows[j], "logits", (j,))] = 1.0
+        else:
+            out[j] = _warp_row(rows[j], scale, top_k, top_p, min_weight, "logits", (j,))
+    return out.reshape(logits.shape)
+
+
+def warp_probs(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """Reference ``spec_verify.warp_probs``: the warped weights, divided by their
+    float64 sum (rounded once to float32) when ``normalize``."""
+    weights = warp_weights(logits, temperature, top_k, top_p, min_p)
+    if not normalize:
+        return weights
+    w64 = weights.double()
+    return (w64 / w64.sum(-1, keepdim=True)).float()
+
+
+# ----------------------------------------------------------------------------
+# Verification
+# ----------------------------------------------------------------------------
+
+
+def _logits_sequence(target_logits, draft_logits, tokens, u, warp, prefix=()) -> tuple[int, int]:
+    """One sequence, lazily: row i is warped only once rows 0..i-1 were accepted."""
+    greedy, scale, min_weight, top_k, top_p = warp
+    k = len(tokens)
+    if greedy:
+        for i in range(k):
+            idx = (*prefix, i)
+            draft_best = _argmax_row(draft_logits[i], "draft_logits", idx)
+            if tokens[i] != draft_best:
+                raise ValueError(
+                    f"draft_tokens[{_where(idx)}] = {tokens[i]} is outside the support of the warped "
+                    f"draft distribution: at temperature 0 it is a point mass on "
+                    f"argmax(draft_logits[{_where(idx)}]) = {draft_best}"
+                )
+            best = _argmax_row(target_logits[i], "target_logits", idx)
+            if tokens[i] != best:
+                return i, best
+        return k, _argmax_row(target_logits[k], "target_logits", (*prefix, k))
+
+    u_final = float(u[k])
+    for i in range(k):
+        idx = (*prefix, i)
+        p = _warp_row(target_logits[i], scale, top_k, top_p, min_weight, "target_logits", idx).double()
+        q = _warp_row(draft_logits[i], scale, top_k, top_p, min_weight, "draft_logits", idx).double()
+        t = tokens[i]
+        q_t = float(q[t])
+        if q_t == 0.0:
+            raise ValueError(
+                f"draft_tokens[{_where(idx)}] = {t} is outside the support of the warped draft "
+                f"distribution (draft_logits[{_where(idx)}] after temperature, top-k, top-p and "
+                f"min-p): the draft cannot have sampled it; draw draft tokens with sample_draft "
+                f"and the same arguments"
+            )
+        p_t = float(p[t])
+        p_mass, q_mass = float(p.sum()), float(q.sum())
+        # Accept iff u * q(t)/Q < p(t)/P, multiplied out (no division): verify_sampled's rule.
+        if float(u[i]) * q_t * p_mass < p_t * q_mass:
+            continue
+        residual = torch.clamp(p * q_mass - q * p_mass, min=0.0)
+        if float(residual.sum()) > 0.0:
+            return i, inverse_cdf(residual, u_final)
+        # Fallback: the residual rounded to zero everywhere: the target row is its law.
+        return i, inverse_cdf(p, u_final)
+    p = _warp_row(target_logits[k], scale, top_k, top_p, min_weight, "target_logits", (*prefix, k))
+    return k, inverse_cdf(p.double(), u_final)
+
+
+def _check_pair(target_logits, draft_logits, lead: int) -> None:
+    _check_logits_tensor("target_logits", target_logits, 2 + lead)
+    _check_logits_tensor("draft_logits", draft_logits, 2 + lead)
+
+
+def verify_logits(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[int, int]:
+    """Reference ``spec_verify.verify_logits``."""
+    greedy, scale, min_weight = _check_warp(temperature, top_k, top_p, min_p)
+    _check_pair(target_logits, draft_logits, 0)
+    _check_tokens_tensor("draft_tokens", draft_tokens, 1)
+    _check_same_device(target_logits=target_logits, draft_logits=draft_logits, draft_tokens=draft_tokens)
+    k = draft_tokens.shape[0]
+    if target_logits.shape[0] != k + 1:
+        raise ValueError(
+            f"target_logits must have K+1 = {k + 1} rows for K = {k} draft_tokens, "
+            f"got shape {tuple(target_logits.shape)}"
+        )
+    vocab = target_logits.shape[1]
+    if vocab < 1:
+        raise ValueError("target_logits must have a vocabulary of at least one token (V >= 1)")
+    if draft_logits.dtype != target_logits.dtype:
+        raise TypeError(
+            f"draft_logits must have the dtype of target_logits ({target_logits.dtype}), got {draft_logits.dtype}"
+        )
+    if tuple(draft_logits.shape) != (k, vocab):
+        raise ValueError(f"draft_logits must have shape [K, V] = [{k}, {vocab}], got {tuple(draft_logits.shape)}")
+    _check_token_range(draft_tokens, vocab)
+    if uniforms is not None:
+        _check_uniforms(uniforms, (k + 1,))
+    elif not greedy:
+        uniforms = _draw_uniforms(k + 1, generator, "cpu")
+    u = None if greedy else uniforms.double().cpu().tolist()
+    warp = (greedy, scale, min_weight, top_k, top_p)
+    return _logits_sequence(target_logits, draft_logits, draft_tokens.tolist(), u, warp)
+
+
+def verify_logits_batched(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    num_draft_tokens: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference ``spec_verify.verify_logits_batched``."""
+    greedy, scale, min_weight = _check_warp(temperature, top_k, top_p, min_p)
+    _check_pair(target_logits, draft_logits, 1)
+    _check_tokens_tensor("draft_tokens", draft_tokens, 2)
+    batch, k = draft_tokens.shape
+    if tuple(target_logits.shape[:2]) != (batch, k + 1):
+        raise ValueError(
+            f"target_logits must have shape [B, K+1, V] = [{batch}, {k + 1}, V], got {tuple(target_logits.shape)}"
+        )
+    vocab = target_logits.shape[2]
+    if vocab < 1:
+        raise ValueError("target_logits must have a vocabulary of at least one token (V >= 1)")
+    if draft_logits.dtype != target_logits.dtype:
+        raise TypeError(
+            f"draft_logits must have the dtype of target_logits ({target_logits.dtype}), got {draft_logits.dtype}"
+        )
+    if tuple(draft_logits.shape) != (batch, k, vocab):
+        raise ValueError(
+            f"draft_logits must have shape [B, K, V] = [{batch}, {k}, {vocab}], got {tuple(draft_logits.shape)}"
+        )
+    counts = _check_num_draft(num_draft_tokens, batch, k)
+    for b in range(batch):
+        _check_token_range(draft_tokens[b, : counts[b]], vocab)
+    if uniforms is not None:
+        _check_uniforms(uniforms, (batch, k + 1))
+    elif not greedy:
+        uniforms = _draw_uniforms(batch * (k + 1), generator, "cpu").reshape(batch, k + 1)
+    warp = (greedy, scale, min_weight, top_k, top_p)
+    n_acc = torch.empty(batch, dtype=torch.int64)
+    nxt = torch.empty(batch, dtype=torch.int64)
+    for b in range(batch):
+        kb = counts[b]
+        # Sequence b uses uniforms[b, :kb] for its tests and uniforms[b, kb] for its draw.
+        u = None if greedy else uniforms[b, : kb + 1].double().cpu().tolist()
+        n_acc[b], nxt[b] = _logits_sequence(
+            target_logits[b], draft_logits[b], draft_tokens[b, :kb].tolist(), u, warp, (b,)
+        )
+    return n_acc, nxt
+
+
+def sample_draft(
+    draft_logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Reference ``spec_verify.sample_draft`` on ``[..., V]`` logits -> int64 ``[...]``.
+
+    Row ``j`` (rows in row-major order) is drawn with ``uniforms[j]`` by
+    inverse CDF over its warped weights: the smallest id whose cumulative
+    weight exceeds ``u * total``. Temperature 0: the argmax, no uniform used.
+    """
+    greedy, scale, min_weight = _check_warp(temperature, top_k, top_p, min_p)
+    _check_logits_tensor("draft_logits", draft_logits, None)
+    if draft_logits.dim() < 1 or draft_logits.shape[-1] < 1:
+        raise ValueError("draft_logits must have a vocabulary of at least one token (V >= 1)")
+    rows = _rows(draft_logits)
+    count = rows.shape[0]
+    if uniforms is not None:
+        if not isinstance(uniforms, torch.Tensor):
+            raise TypeError(f"uniforms must be a torch.Tensor, got {type(uniforms).__name__}")
+        _check_uniforms(uniforms.reshape(-1), (count,))
+        uniforms = uniforms.reshape(-1)
+    elif not greedy:
+        uniforms = _draw_uniforms(count, generator, "cpu")
+    tokens = torch.empty(count, dtype=torch.int64)
+    for j in range(count):
+        if greedy:
+            tokens[j] = _argmax_row(rows[j], "draft_logits", (j,))
+        else:
+            weights = _warp_row(rows[j], scale, top_k, top_p, min_weight, "draft_logits", (j,))
+            tokens[j] = inverse_cdf(weights.double(), float(uniforms[j]))
+    return tokens.reshape(draft_logits.shape[:-1]).to(draft_logits.device)
