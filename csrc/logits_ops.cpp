@@ -86,19 +86,6 @@ struct Ops<c10::BFloat16> {
   static const WarpOps<c10::BFloat16>& warp() { return warp_kernels().bf16; }
 };
 
-// Given uniforms are always validated; at temperature 0 they are not used,
-// and the generator is not advanced (greedy verification draws nothing).
-void take_uniforms(const std::optional<at::Tensor>& uniforms, std::optional<at::Generator>& generator,
-                   bool greedy, at::IntArrayRef shape, double* out, const char* what) {
-  int64_t count = 1;
-  for (const auto s : shape) count *= s;
-  if (uniforms.has_value()) {
-    read_uniforms(*uniforms, shape, out, what);
-  } else if (!greedy) {
-    draw_uniforms(generator, out, count);
-  }
-}
-
 // ----------------------------------------------------------------------------
 // The warping arguments
 // ----------------------------------------------------------------------------
@@ -531,7 +518,7 @@ std::tuple<int64_t, int64_t> verify_logits_ints(const at::Tensor& target_logits_
   check_token_range(tokens, -1, k, vocab);
 
   c10::SmallVector<double, 16> u(k + 1);
-  take_uniforms(uniforms, generator, warp.greedy, {k + 1}, u.data(),
+  take_uniforms(uniforms, generator, /*draw=*/!warp.greedy, {k + 1}, u.data(),
                 "one per draft token plus one for the final draw");
   const at::Tensor target = unit_stride_rows(target_logits_in);
   const at::Tensor draft = unit_stride_rows(draft_logits_in);
@@ -585,31 +572,21 @@ std::tuple<at::Tensor, at::Tensor> verify_logits_batched(
   // All B * (K+1) uniforms up front, in row-major order: the result cannot
   // depend on how threads split the batch.
   std::vector<double> u(batch * (k + 1));
-  take_uniforms(uniforms, generator, warp.greedy, {batch, k + 1}, u.data(),
+  take_uniforms(uniforms, generator, /*draw=*/!warp.greedy, {batch, k + 1}, u.data(),
                 "B rows of one per draft token plus one for the final draw");
   const at::Tensor target = unit_stride_rows(target_logits_in);
   const at::Tensor draft = unit_stride_rows(draft_logits_in);
-  at::Tensor n_accepted = at::empty({batch}, at::kLong);
-  at::Tensor next_token = at::empty({batch}, at::kLong);
-  int64_t* n_out = n_accepted.data_ptr<int64_t>();
-  int64_t* t_out = next_token.data_ptr<int64_t>();
-  dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
+  return dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const auto* target_base = static_cast<const scalar_t*>(target.const_data_ptr());
     const auto* draft_base = static_cast<const scalar_t*>(draft.const_data_ptr());
-    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        // Sequence b: uniforms[b, :k_b] decide, uniforms[b, k_b] draws.
-        const Outcome o = decide<scalar_t>(
-            target_base + b * target.stride(0), target.stride(1), draft_base + b * draft.stride(0),
-            k > 0 ? draft.stride(1) : 0, vocab, tokens, b, counts[b], u.data() + b * (k + 1), warp);
-        n_out[b] = o.n_accepted;
-        t_out[b] = o.next_token;
-      }
+    return run_batch(batch, [&](int64_t b) {
+      // Sequence b: uniforms[b, :k_b] decide, uniforms[b, k_b] draws.
+      return decide<scalar_t>(target_base + b * target.stride(0), target.stride(1),
+                              draft_base + b * draft.stride(0), k > 0 ? draft.stride(1) : 0, vocab,
+                              tokens, b, counts[b], u.data() + b * (k + 1), warp);
     });
-    return 0;
   });
-  return {n_accepted, next_token};
 }
 
 // ============================================================================
@@ -626,7 +603,7 @@ at::Tensor sample_draft(const at::Tensor& draft_logits_in, double temperature, i
   TORCH_CHECK_VALUE(vocab >= 1, "draft_logits must have a vocabulary of at least one token (V >= 1)");
   // One uniform per row, row j's drawn j-th: torch.rand(N, dtype=float64).
   std::vector<double> u(rows);
-  take_uniforms(uniforms, generator, warp.greedy, {rows}, u.data(), "one per row of draft_logits");
+  take_uniforms(uniforms, generator, /*draw=*/!warp.greedy, {rows}, u.data(), "one per row of draft_logits");
   const at::Tensor logits = unit_stride_rows(draft_logits_in);
   at::Tensor tokens = at::empty({rows}, at::kLong);
   int64_t* out = tokens.data_ptr<int64_t>();

@@ -151,6 +151,18 @@ void draw_uniforms(const std::optional<at::Generator>& generator, double* out, i
   for (const auto i : c10::irange(count)) out[i] = uniform(gen);
 }
 
+void take_uniforms(const std::optional<at::Tensor>& uniforms, const std::optional<at::Generator>& generator,
+                   bool draw, at::IntArrayRef shape, double* out, const char* what) {
+  // Given uniforms are always validated, even where they go unused.
+  if (uniforms.has_value()) {
+    read_uniforms(*uniforms, shape, out, what);
+  } else if (draw) {
+    int64_t count = 1;
+    for (const auto s : shape) count *= s;
+    draw_uniforms(generator, out, count);
+  }
+}
+
 at::Tensor as_tensor(const std::tuple<int64_t, int64_t>& decision) {
   at::Tensor out = at::empty({2}, at::kLong);
   int64_t* data = out.data_ptr<int64_t>();

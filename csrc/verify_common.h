@@ -5,6 +5,8 @@
 
 #include "verify_rows.h"
 
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -95,6 +97,12 @@ void read_uniforms(const at::Tensor& u, at::IntArrayRef shape, double* out,
 // under the generator's lock.
 void draw_uniforms(const std::optional<at::Generator>& generator, double* out, int64_t count);
 
+// `uniforms` read into out[prod(shape)] if given, else drawn from the
+// generator when `draw` (greedy paths draw nothing and leave out unset).
+void take_uniforms(const std::optional<at::Tensor>& uniforms, const std::optional<at::Generator>& generator,
+                   bool draw, at::IntArrayRef shape, double* out,
+                   const char* what = "one per draft token plus one for the final draw");
+
 // ----------------------------------------------------------------------------
 // Decisions
 // ----------------------------------------------------------------------------
@@ -106,6 +114,25 @@ struct Outcome {
 
 // int64 [2] = (n_accepted, next_token): the traceable ops' output.
 at::Tensor as_tensor(const std::tuple<int64_t, int64_t>& decision);
+
+// Runs decide(b) -> Outcome for b in [0, batch), sequences in parallel over
+// at::parallel_for, and returns (n_accepted [B], next_token [B]). Each task
+// writes only its own outputs, so results do not depend on the thread count.
+template <typename Decide>
+std::tuple<at::Tensor, at::Tensor> run_batch(int64_t batch, Decide&& decide) {
+  at::Tensor n_accepted = at::empty({batch}, at::kLong);
+  at::Tensor next_token = at::empty({batch}, at::kLong);
+  int64_t* n_out = n_accepted.data_ptr<int64_t>();
+  int64_t* t_out = next_token.data_ptr<int64_t>();
+  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const Outcome o = decide(b);
+      n_out[b] = o.n_accepted;
+      t_out[b] = o.next_token;
+    }
+  });
+  return {n_accepted, next_token};
+}
 
 // argmax of a row, refusing a NaN with its position.
 template <typename scalar_t>

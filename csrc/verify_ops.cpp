@@ -175,11 +175,7 @@ std::tuple<int64_t, int64_t> verify_sampled_ints(const at::Tensor& target_probs_
   check_token_range(tokens, -1, k, vocab);
 
   c10::SmallVector<double, 16> u(k + 1);
-  if (uniforms.has_value()) {
-    read_uniforms(*uniforms, {k + 1}, u.data());
-  } else {
-    draw_uniforms(generator, u.data(), k + 1);
-  }
+  take_uniforms(uniforms, generator, /*draw=*/true, {k + 1}, u.data());
   const at::Tensor target = unit_stride_rows(target_probs_in);
   const at::Tensor draft = unit_stride_rows(draft_probs_in);
   return dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
@@ -222,25 +218,14 @@ std::tuple<at::Tensor, at::Tensor> verify_greedy_batched(
   for (const auto b : c10::irange(batch)) check_token_range(tokens, b, counts[b], vocab);
 
   const at::Tensor target = unit_stride_rows(target_probs_in);
-  at::Tensor n_accepted = at::empty({batch}, at::kLong);
-  at::Tensor next_token = at::empty({batch}, at::kLong);
-  int64_t* n_out = n_accepted.data_ptr<int64_t>();
-  int64_t* t_out = next_token.data_ptr<int64_t>();
-  dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
+  return dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const auto* base = static_cast<const scalar_t*>(target.const_data_ptr());
-    // One sequence per task: each writes only its own outputs.
-    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        const Outcome o = greedy_sequence<scalar_t>(base + b * target.stride(0), target.stride(1),
-                                                    vocab, tokens, b, counts[b]);
-        n_out[b] = o.n_accepted;
-        t_out[b] = o.next_token;
-      }
+    return run_batch(batch, [&](int64_t b) {
+      return greedy_sequence<scalar_t>(base + b * target.stride(0), target.stride(1), vocab, tokens, b,
+                                       counts[b]);
     });
-    return 0;
   });
-  return {n_accepted, next_token};
 }
 
 std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
@@ -265,34 +250,20 @@ std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
   // All B * (K+1) uniforms up front, in row-major order: the result cannot
   // depend on how threads split the batch.
   std::vector<double> u(batch * (k + 1));
-  if (uniforms.has_value()) {
-    read_uniforms(*uniforms, {batch, k + 1}, u.data());
-  } else {
-    draw_uniforms(generator, u.data(), batch * (k + 1));
-  }
+  take_uniforms(uniforms, generator, /*draw=*/true, {batch, k + 1}, u.data());
   const at::Tensor target = unit_stride_rows(target_probs_in);
   const at::Tensor draft = unit_stride_rows(draft_probs_in);
-  at::Tensor n_accepted = at::empty({batch}, at::kLong);
-  at::Tensor next_token = at::empty({batch}, at::kLong);
-  int64_t* n_out = n_accepted.data_ptr<int64_t>();
-  int64_t* t_out = next_token.data_ptr<int64_t>();
-  dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
+  return dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const auto* target_base = static_cast<const scalar_t*>(target.const_data_ptr());
     const auto* draft_base = static_cast<const scalar_t*>(draft.const_data_ptr());
-    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        // Sequence b: uniforms[b, :k_b] decide, uniforms[b, k_b] draws.
-        const Outcome o = sampled_sequence<scalar_t>(
-            target_base + b * target.stride(0), target.stride(1), draft_base + b * draft.stride(0),
-            k > 0 ? draft.stride(1) : 0, vocab, tokens, b, counts[b], u.data() + b * (k + 1));
-        n_out[b] = o.n_accepted;
-        t_out[b] = o.next_token;
-      }
+    return run_batch(batch, [&](int64_t b) {
+      // Sequence b: uniforms[b, :k_b] decide, uniforms[b, k_b] draws.
+      return sampled_sequence<scalar_t>(
+          target_base + b * target.stride(0), target.stride(1), draft_base + b * draft.stride(0),
+          k > 0 ? draft.stride(1) : 0, vocab, tokens, b, counts[b], u.data() + b * (k + 1));
     });
-    return 0;
   });
-  return {n_accepted, next_token};
 }
 
 // ============================================================================

@@ -69,6 +69,18 @@ def _check_token_range(draft_tokens: torch.Tensor, vocab: int, name: str = "draf
         raise IndexError(f"{name} holds token id {bad}, outside [0, V) with V = {vocab}")
 
 
+def _check_rows_for_tokens(name: str, rows: torch.Tensor, k: int) -> int:
+    """rows must be [K+1, V] with V >= 1 for K draft tokens; returns V."""
+    if rows.shape[0] != k + 1:
+        raise ValueError(
+            f"{name} must have K+1 = {k + 1} rows for K = {k} draft_tokens, got shape {tuple(rows.shape)}"
+        )
+    vocab = rows.shape[1]
+    if vocab < 1:
+        raise ValueError(f"{name} must have a vocabulary of at least one token (V >= 1)")
+    return vocab
+
+
 def _check_uniforms(uniforms: torch.Tensor, shape: tuple[int, ...]) -> None:
     if not isinstance(uniforms, torch.Tensor):
         raise TypeError(f"uniforms must be a torch.Tensor, got {type(uniforms).__name__}")
@@ -151,14 +163,7 @@ def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tup
     _check_tokens_tensor("draft_tokens", draft_tokens, 1)
     _check_same_device(target_probs=target_probs, draft_tokens=draft_tokens)
     k = draft_tokens.shape[0]
-    if target_probs.shape[0] != k + 1:
-        raise ValueError(
-            f"target_probs must have K+1 = {k + 1} rows for K = {k} draft_tokens, "
-            f"got shape {tuple(target_probs.shape)}"
-        )
-    vocab = target_probs.shape[1]
-    if vocab < 1:
-        raise ValueError("target_probs must have a vocabulary of at least one token (V >= 1)")
+    vocab = _check_rows_for_tokens("target_probs", target_probs, k)
     _check_token_range(draft_tokens, vocab)
     tokens = draft_tokens.tolist()
     for i in range(k):
@@ -178,14 +183,7 @@ def _check_sampled_shapes(target_probs, draft_probs, draft_tokens) -> tuple[int,
             f"got {draft_probs.dtype}"
         )
     k = draft_tokens.shape[0]
-    if target_probs.shape[0] != k + 1:
-        raise ValueError(
-            f"target_probs must have K+1 = {k + 1} rows for K = {k} draft_tokens, "
-            f"got shape {tuple(target_probs.shape)}"
-        )
-    vocab = target_probs.shape[1]
-    if vocab < 1:
-        raise ValueError("target_probs must have a vocabulary of at least one token (V >= 1)")
+    vocab = _check_rows_for_tokens("target_probs", target_probs, k)
     if tuple(draft_probs.shape) != (k, vocab):
         raise ValueError(
             f"draft_probs must have shape [K, V] = [{k}, {vocab}], got {tuple(draft_probs.shape)}"

@@ -73,6 +73,7 @@ import torch
 from .reference import (
     _argmax_row,
     _check_num_draft,
+    _check_rows_for_tokens,
     _check_same_device,
     _check_token_range,
     _check_tokens_tensor,
@@ -348,14 +349,7 @@ def verify_logits(
     _check_tokens_tensor("draft_tokens", draft_tokens, 1)
     _check_same_device(target_logits=target_logits, draft_logits=draft_logits, draft_tokens=draft_tokens)
     k = draft_tokens.shape[0]
-    if target_logits.shape[0] != k + 1:
-        raise ValueError(
-            f"target_logits must have K+1 = {k + 1} rows for K = {k} draft_tokens, "
-            f"got shape {tuple(target_logits.shape)}"
-        )
-    vocab = target_logits.shape[1]
-    if vocab < 1:
-        raise ValueError("target_logits must have a vocabulary of at least one token (V >= 1)")
+    vocab = _check_rows_for_tokens("target_logits", target_logits, k)
     if draft_logits.dtype != target_logits.dtype:
         raise TypeError(
             f"draft_logits must have the dtype of target_logits ({target_logits.dtype}), got {draft_logits.dtype}"
