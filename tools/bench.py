@@ -359,7 +359,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Benchmark the verification ops.")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     parser.add_argument("--json", default=str(ROOT / "out" / "bench.json"), help="where to write the table")
-    parser.add_argument("--quick", action="store_true", help="V=32000 only")
+    parser.add_argument("--quick", action="store_true", help="V=32000 only, no end-to-end rows")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -389,10 +389,17 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     logits_rows = verify_logits_rows(sv, peer)
     print_logits_table(logits_rows, args.threads)
+    # End to end on the shipped model pair (tools/e2e.py): skipped with --quick.
+    e2e_rows = None
+    if not args.quick:
+        import e2e
+
+        e2e_rows = e2e.bench_rows(sv)
     out = pathlib.Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(build=info, threads=args.threads, rows=rows, call_overhead=overhead,
-                                   batched=scaling, verify_logits=logits_rows, torch=torch.__version__), indent=2))
+                                   batched=scaling, verify_logits=logits_rows, end_to_end=e2e_rows,
+                                   torch=torch.__version__), indent=2, default=str))
     print(f"bench: wrote {out}")
     return 0
 

@@ -272,7 +272,15 @@ def section_summary(ctx: Context) -> None:
             print(f"  per round {label:<14} greedy {g:7.1f} us, sampled {s:7.1f} us (median, 1 call/round)")
 
 
-# Append new sections here (e.g. an end-to-end model run); each takes the Context.
+def section_end_to_end(ctx: Context) -> None:
+    # The shipped draft/target pair (models/, tools/e2e.py): text in, text out, faster.
+    import e2e
+
+    banner("End to end: speculative decoding with the shipped model pair")
+    ctx.summary["end_to_end"] = e2e.demo_section(ctx.sv)
+
+
+# Append new sections here; each takes the Context.
 SECTIONS = [
     section_machine,
     section_seed_600,
@@ -281,6 +289,7 @@ SECTIONS = [
     section_published_row,
     section_plot,
     section_summary,
+    section_end_to_end,
 ]
 
 
