@@ -421,7 +421,10 @@ def _progress(total: int, enabled: bool, desc: str):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="round", unit_scale=True, desc=desc, file=sys.stderr)
+    # A live bar in a terminal; in a log (not a tty) a line every ~10 s instead of a flood.
+    interactive = sys.stderr.isatty()
+    return tqdm(total=total, unit="round", unit_scale=True, desc=desc, file=sys.stderr,
+                mininterval=0.1 if interactive else 10.0)
 
 
 def run_conformance(
