@@ -3,6 +3,7 @@
 #   make test   the test suite, on the kernel as `kernels` loads it
 #   make bench  speed against naive torch, transformers and the bandwidth floor
 #   make build  compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
+#   make test-aarch64  the tests on aarch64 (NEON) under qemu-user emulation (root)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -32,3 +33,11 @@ bench: build
 
 clean:
 	rm -rf build out .pytest_cache
+
+# aarch64 under user-mode emulation (tools/aarch64/): an arm64 Debian root
+# cached in .cache/aarch64/ (made on first use, 4-12 min), the variant
+# build/torch<MAJ><MIN>-cxx11-cpu-aarch64-linux/ cross-compiled on the host,
+# the tests run inside qemu-aarch64. Needs root (apt-get, mount, chroot).
+.PHONY: test-aarch64
+test-aarch64: $(STAMP)
+	bash tools/aarch64/run.sh
