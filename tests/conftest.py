@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -26,3 +28,26 @@ def sv():
     if not (REPO / "build").is_dir():
         pytest.fail("no build/ folder: run `make build` (or `make test`, which builds first)")
     return kernels.get_local_kernel(REPO)
+
+
+def check_isa_script(sv, capability: str, script: str) -> None:
+    """Run `script` (prints the ISA that ran, then a mismatch count) in a fresh
+    process with ATEN_CPU_CAPABILITY=capability; assert it ran that ISA and
+    found no mismatch. Skips an ISA this machine's build does not compile."""
+    import torch
+
+    compiled = sv.build_info()["compiled"].lower().split(",")
+    if capability not in compiled:
+        pytest.skip(f"{capability} is not compiled on this machine")
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", script, str(REPO)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    isa, mismatches = out.stdout.split()
+    native = torch.backends.cpu.get_cpu_capability().lower()
+    # ATEN_CPU_CAPABILITY only lowers the ISA: it cannot raise it past the CPU.
+    # On aarch64 the DEFAULT build is NEON, and build_info says so.
+    expected = "neon" if capability == "default" and sv.build_info()["arch"] == "aarch64" else capability
+    if capability == "default" or capability == native or (capability == "avx2" and native == "avx512"):
+        assert isa.lower() == expected, f"asked for {capability}, ran {isa}"
+    assert mismatches == "0", f"{mismatches} mismatches on {isa}"

@@ -3,15 +3,12 @@ the instruction-set paths."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import check_isa_script
 
 NAN = float("nan")
 
@@ -195,22 +192,7 @@ ISA_SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
 def test_each_instruction_set_matches_reference(sv, capability):
-    compiled = sv.build_info()["compiled"].lower().split(",")
-    if capability not in compiled:
-        pytest.skip(f"{capability} is not compiled on this machine")
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, HF_HUB_OFFLINE="1")
-    out = subprocess.run(
-        [sys.executable, "-c", ISA_SCRIPT, str(REPO)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    isa, mismatches = out.stdout.split()
-    native = torch.backends.cpu.get_cpu_capability().lower()
-    # ATEN_CPU_CAPABILITY only lowers the ISA: it cannot raise it past the CPU.
-    # On aarch64 the DEFAULT build is NEON, and build_info says so.
-    expected = "neon" if capability == "default" and sv.build_info()["arch"] == "aarch64" else capability
-    if capability == "default" or capability == native or (capability == "avx2" and native == "avx512"):
-        assert isa.lower() == expected, f"asked for {capability}, ran {isa}"
-    assert mismatches == "0", f"{mismatches} mismatches on {isa}"
+    check_isa_script(sv, capability, ISA_SCRIPT)
 
 
 # ----------------------------------------------------------------------------
