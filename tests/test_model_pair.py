@@ -44,7 +44,7 @@ PROMPTS = [
 NEW_TOKENS = 48
 K = 4
 # Greedy acceptance (accepted / drafted, k=4) on PROMPTS: the distilled draft
-# measures 0.40, a random draft of the same shape 0.006.
+# measures 0.43, a random draft of the same shape 0.016.
 ACCEPTANCE_FLOOR = 0.25
 
 
@@ -199,10 +199,13 @@ def _greedy_acceptance(sv, tokenizer, draft, target) -> float:
     for text in PROMPTS:
         prompt = _ids(tokenizer, text)
         plain = e2e.plain_decode(target, prompt, NEW_TOKENS)
-        spec, stats = e2e.speculative_decode(sv, draft, target, prompt, NEW_TOKENS, K, greedy=True)
+        # The draft on the demo's runtime (tools/lean_llama.py).
+        spec, stats = e2e.speculative_decode(sv, e2e.lean(draft), target, prompt, NEW_TOKENS, K, greedy=True)
         assert torch.equal(spec, plain), f"speculative greedy differs from plain greedy on {text!r}"
         accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
-    return accepted / drafted
+    rate = accepted / drafted
+    print(f"greedy acceptance {rate:.3f}")
+    return rate
 
 
 def test_speculative_greedy_equals_plain_and_draft_is_accepted(sv, pair):

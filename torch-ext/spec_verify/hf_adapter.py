@@ -140,6 +140,9 @@ class HFCausalLMStep:
     transformers 4.x and 5.x (a positive value is an absolute length in 4.x and
     an error in 5.x), and never with 0 (which would empty a 4.x cache).
 
+    The model's device is looked up once, at construction and on ``reset()``:
+    call ``reset()`` after moving the model.
+
     Limits: batch size 1, no attention mask (no padding), and the model in
     ``eval()`` mode (dropout would make the target's rows random). Caches that
     cannot roll back -- transformers' sliding-window layers once past their
@@ -182,7 +185,10 @@ class HFCausalLMStep:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the cache and the counters."""
+        """Forget the cache and the counters (and look up the model's device again)."""
+        # Looked up once, not per forward (transformers' .device walks the
+        # parameters): after moving the model, call reset().
+        self._device = self._model_device()
         self._cache = None
         self._cached = torch.empty(0, dtype=torch.int64)  # tokens the cache holds
         self.forward_calls = 0
@@ -204,10 +210,9 @@ class HFCausalLMStep:
             token, row = self._pick(logits)
             tokens.append(token)
             rows.append(row)
-            seq = torch.cat([seq, torch.tensor([token], dtype=torch.int64)])
             if i + 1 < k:
                 # The last token needs no forward: nothing is drafted after it.
-                logits = self._logits_for_last_rows(seq, rows=1)[0]
+                logits = self._append_one(token)
         probs = None if self.greedy else torch.stack(rows)
         return torch.tensor(tokens, dtype=torch.int64), probs
 
@@ -249,13 +254,25 @@ class HFCausalLMStep:
         self._cached = seq.clone()
         return out.logits[0, -rows:].detach().to(device="cpu", dtype=torch.float32)
 
+    def _append_one(self, token: int) -> torch.Tensor:
+        """Float32 logits ``[V]`` after feeding ``token`` on top of the cache.
+
+        The fast path of ``draft_step``: the cache holds exactly the sequence
+        so far (the previous forward just filled it), so there is no prefix to
+        compare and nothing to crop.
+        """
+        new_token = torch.tensor([token], dtype=torch.int64)
+        out = self._forward(new_token)
+        self._cache = out.past_key_values
+        self._cached = torch.cat([self._cached, new_token])
+        return out.logits[0, -1].detach().to(device="cpu", dtype=torch.float32)
+
     def _forward(self, new_tokens: torch.Tensor):
-        device = self._model_device()
         self.forward_calls += 1
         self.tokens_fed += len(new_tokens)
         with torch.no_grad():
             return self.model(
-                new_tokens.view(1, -1).to(device), past_key_values=self._cache, use_cache=True
+                new_tokens.view(1, -1).to(self._device), past_key_values=self._cache, use_cache=True
             )
 
     def _model_device(self):

@@ -1,0 +1,157 @@
+"""``tools/lean_llama.py``: the draft's lean runtime computes transformers' Llama forward.
+
+Oracle: the shipped models' own transformers forward over the whole sequence
+at once. The lean forward is run the way speculative decoding runs it -- a
+prefill, one-token steps, a multi-token step, a crop and a re-feed -- and its
+logits must match to float32 rounding (``ATOL``; the differences come from
+summation order only). A control with the rotary tables disturbed must fail
+the same comparison. Bad calls raise errors that name the rule.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+import e2e  # noqa: E402
+from lean_llama import LeanCache, LeanLlama  # noqa: E402
+
+# Logits are O(10); float32 reordering moves them by ~1e-5 at most here
+# (measured max 6e-6 on both models).
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def pair():
+    with e2e.torch_threads(1):
+        yield e2e.load_pair()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with e2e.torch_threads(1):
+        yield
+
+
+def _tokens(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 4096, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _lean_logits_as_decoding_runs_it(lean: LeanLlama, ids: torch.Tensor) -> torch.Tensor:
+    """Logits for every position of ``ids`` [1, 40], fed in the pieces a decode feeds."""
+    out = lean(ids[:, :24])                                       # prefill
+    cache, rows = out.past_key_values, [out.logits]
+    for i in range(24, 27):                                       # one-token steps
+        out = lean(ids[:, i : i + 1], past_key_values=cache)
+        rows.append(out.logits)
+    out = lean(ids[:, 27:33], past_key_values=cache)              # a (k+1)-token step
+    rows.append(out.logits[:, :3])                                # keep 27..29
+    cache.crop(-3)                                                # reject 30..32
+    assert cache.get_seq_length() == 30
+    out = lean(ids[:, 30:40], past_key_values=cache)              # re-feed after the crop
+    rows.append(out.logits)
+    return torch.cat(rows, dim=1)
+
+
+@pytest.mark.parametrize("name", ["draft", "target"])
+def test_logits_match_transformers(pair, name):
+    _, draft, target = pair
+    model = draft if name == "draft" else target
+    ids = _tokens(40)
+    with torch.inference_mode():
+        expected = model(ids).logits
+        got = _lean_logits_as_decoding_runs_it(LeanLlama(model), ids)
+    diff = float((got - expected).abs().max())
+    assert got.shape == expected.shape
+    assert diff < ATOL, f"{name}: lean logits differ from transformers' by {diff:.3g} (tolerance {ATOL})"
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+
+
+def test_disturbed_rotary_fails_the_comparison(pair):
+    # Negative control: positions off by one in the rotary tables.
+    _, draft, _ = pair
+    lean = LeanLlama(draft)
+    lean.cos, lean.sin = lean.cos.roll(1, 0), lean.sin.roll(1, 0)
+    ids = _tokens(40)
+    with torch.inference_mode():
+        diff = float((_lean_logits_as_decoding_runs_it(lean, ids) - draft(ids).logits).abs().max())
+    assert diff > 100 * ATOL, f"a disturbed rotary table stayed within {diff:.3g}"
+
+
+def test_grouped_query_attention_matches_transformers():
+    # The shipped models have as many kv heads as heads; the GQA branch is
+    # checked on a small random model with 4 heads sharing 2 kv heads.
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=4096, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).eval()
+    ids = _tokens(40, seed=1)
+    with torch.inference_mode():
+        diff = float((_lean_logits_as_decoding_runs_it(LeanLlama(model), ids) - model(ids).logits).abs().max())
+    assert diff < ATOL, diff
+
+
+def test_drives_speculative_greedy_to_the_plain_text(sv, pair):
+    # The draft runtime the demo uses, through the kernel's decoder: the text
+    # is the target's plain greedy text, and the draft is accepted.
+    tokenizer, draft, target = pair
+    prompt = tokenizer("def parse(text):\n", return_tensors="pt").input_ids[0]
+    plain = e2e.plain_decode(target, prompt, 40)
+    spec, stats = e2e.speculative_decode(sv, LeanLlama(draft), target, prompt, 40, 4, greedy=True)
+    assert torch.equal(spec, plain)
+    assert stats.accepted > 0
+
+
+# ============================================================================
+# Bad calls
+# ============================================================================
+
+
+def test_batch_of_two_is_refused(pair):
+    lean = LeanLlama(pair[1])
+    with pytest.raises(ValueError, match=r"input_ids must be \[1, T\] \(batch size 1\)"):
+        lean(_tokens(8).repeat(2, 1))
+    with pytest.raises(ValueError, match=r"input_ids must be \[1, T\]"):
+        lean(_tokens(8)[0])
+
+
+def test_positions_beyond_the_table_are_refused(pair):
+    lean = LeanLlama(pair[1])
+    cache = lean(_tokens(lean.max_len - 2)).past_key_values
+    with pytest.raises(ValueError, match="exceed max_position_embeddings"):
+        lean(_tokens(3), past_key_values=cache)
+    assert cache.get_seq_length() == lean.max_len - 2  # the refused call changed nothing
+
+
+def test_foreign_cache_is_refused(pair):
+    from transformers import DynamicCache
+
+    with pytest.raises(TypeError, match="past_key_values must be a LeanCache"):
+        LeanLlama(pair[1])(_tokens(2), past_key_values=DynamicCache())
+
+
+@pytest.mark.parametrize("n", [-6, 6])
+def test_crop_outside_the_cache_is_refused(n):
+    cache = LeanCache(layers=1, kv_heads=1, max_len=8, head_dim=2)
+    cache.length = 5
+    with pytest.raises(ValueError, match=r"keep must lie in \[0, 5\]"):
+        cache.crop(n)
+    cache.crop(-2)
+    assert cache.get_seq_length() == 3
+    cache.crop(1)
+    assert cache.get_seq_length() == 1
+
+
+def test_non_llama_model_is_refused():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
+    with pytest.raises(ValueError, match="LeanLlama runs Llama models"):
+        LeanLlama(model)
