@@ -44,7 +44,7 @@ PROMPTS = [
 NEW_TOKENS = 48
 K = 4
 # Greedy acceptance (accepted / drafted, k=4) on PROMPTS: the distilled draft
-# measures 0.43, a random draft of the same shape 0.016.
+# measures 0.45, a random draft of the same shape 0.013.
 ACCEPTANCE_FLOOR = 0.25
 
 

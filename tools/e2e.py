@@ -20,8 +20,8 @@ Runtimes: the target -- in the baseline and in speculative decoding alike --
 runs on transformers' own ``LlamaForCausalLM`` forward, the reference for what
 its greedy text is. The draft runs on ``lean_llama.LeanLlama``, the same
 weights through a forward with a fifth of the ops: a draft this small costs
-its per-op overhead, not its arithmetic (0.2 vs 0.5 ms per token), and that
-overhead is a third of a round. The draft only decides speed, never the
+its per-op overhead, not its arithmetic (0.28 vs 0.54 ms per token), and
+that overhead is a third of a round. The draft only decides speed, never the
 output. The demo also prints the speedup with the draft on transformers'
 forward, and ``make bench`` the four draft x target runtime combinations.
 
