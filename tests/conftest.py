@@ -30,6 +30,36 @@ def sv():
     return kernels.get_local_kernel(REPO)
 
 
+# ----------------------------------------------------------------------------
+# The shipped model pair (models/, loaded by tools/e2e.py)
+# ----------------------------------------------------------------------------
+
+
+def _e2e():
+    if str(REPO / "tools") not in sys.path:
+        sys.path.insert(0, str(REPO / "tools"))
+    import e2e
+
+    return e2e
+
+
+@pytest.fixture(scope="session")
+def pair():
+    """``(tokenizer, draft, target)`` from ``models/`` (``SV_MODELS`` overrides), float32, eval mode."""
+    e2e = _e2e()
+    if not (e2e.MODELS / "target" / "model.safetensors").is_file():
+        pytest.fail("models/ has no trained pair: run `python tools/train_pair.py`")
+    with e2e.torch_threads(1):
+        return e2e.load_pair(e2e.MODELS)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: the models are small, and results do not depend on it."""
+    with _e2e().torch_threads(1):
+        yield
+
+
 def check_isa_script(sv, capability: str, script: str) -> None:
     """Run `script` (prints the ISA that ran, then a mismatch count) in a fresh
     process with ATEN_CPU_CAPABILITY=capability; assert it ran that ISA and

@@ -26,16 +26,8 @@ from lean_llama import LeanCache, LeanLlama  # noqa: E402
 ATOL = 1e-4
 
 
-@pytest.fixture(scope="module")
-def pair():
-    with e2e.torch_threads(1):
-        yield e2e.load_pair()
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    with e2e.torch_threads(1):
-        yield
+# `pair` (the shipped models) and `one_thread` come from conftest.py.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tokens(n: int, seed: int = 0) -> torch.Tensor:

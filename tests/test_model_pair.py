@@ -48,19 +48,8 @@ K = 4
 ACCEPTANCE_FLOOR = 0.25
 
 
-@pytest.fixture(scope="module")
-def pair():
-    if not (MODELS / "target" / "model.safetensors").is_file():
-        pytest.fail("models/ has no trained pair: run `python tools/train_pair.py`")
-    with e2e.torch_threads(1):
-        yield e2e.load_pair(MODELS)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Small models: one thread is the fastest and the results do not depend on it.
-    with e2e.torch_threads(1):
-        yield
+# `pair` (the shipped models) and `one_thread` come from conftest.py.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ============================================================================

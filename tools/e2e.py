@@ -101,9 +101,9 @@ def lean(model):
     """``LeanLlama(model)``, made once per model: the draft's runtime (see the module docstring)."""
     from lean_llama import LeanLlama
 
-    if id(model) not in _LEAN_CACHE:
-        _LEAN_CACHE[id(model)] = (model, LeanLlama(model))  # keep the model alive: ids are reused
-    return _LEAN_CACHE[id(model)][1]
+    if model not in _LEAN_CACHE:  # modules hash by identity
+        _LEAN_CACHE[model] = LeanLlama(model)
+    return _LEAN_CACHE[model]
 
 
 @contextlib.contextmanager

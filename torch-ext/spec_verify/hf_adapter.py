@@ -212,7 +212,9 @@ class HFCausalLMStep:
             rows.append(row)
             if i + 1 < k:
                 # The last token needs no forward: nothing is drafted after it.
-                logits = self._append_one(token)
+                # The cache holds exactly the sequence so far: feed the token
+                # on top, no prefix to compare, nothing to crop.
+                logits = self._feed(torch.tensor([token], dtype=torch.int64), rows=1)[0]
         probs = None if self.greedy else torch.stack(rows)
         return torch.tensor(tokens, dtype=torch.int64), probs
 
@@ -247,33 +249,21 @@ class HFCausalLMStep:
         # `rows` tokens: their logits are what we were asked for.
         keep = min(_common_prefix_length(self._cached, seq), len(seq) - rows)
         self._rollback(keep)
-        # Not seq[keep:]: a fallback may have emptied the cache instead.
-        new_tokens = seq[len(self._cached) :]
-        out = self._forward(new_tokens)
-        self._cache = out.past_key_values
-        self._cached = seq.clone()
-        return out.logits[0, -rows:].detach().to(device="cpu", dtype=torch.float32)
+        # Not seq[keep:]: a fallback may have emptied the cache instead. What
+        # the cache keeps is a prefix of seq, so feeding the rest holds seq.
+        return self._feed(seq[len(self._cached) :], rows)
 
-    def _append_one(self, token: int) -> torch.Tensor:
-        """Float32 logits ``[V]`` after feeding ``token`` on top of the cache.
-
-        The fast path of ``draft_step``: the cache holds exactly the sequence
-        so far (the previous forward just filled it), so there is no prefix to
-        compare and nothing to crop.
-        """
-        new_token = torch.tensor([token], dtype=torch.int64)
-        out = self._forward(new_token)
-        self._cache = out.past_key_values
-        self._cached = torch.cat([self._cached, new_token])
-        return out.logits[0, -1].detach().to(device="cpu", dtype=torch.float32)
-
-    def _forward(self, new_tokens: torch.Tensor):
+    def _feed(self, new_tokens: torch.Tensor, rows: int) -> torch.Tensor:
+        """Run ``new_tokens`` on top of the cache; float32 CPU logits of the last ``rows``."""
         self.forward_calls += 1
         self.tokens_fed += len(new_tokens)
         with torch.no_grad():
-            return self.model(
+            out = self.model(
                 new_tokens.view(1, -1).to(self._device), past_key_values=self._cache, use_cache=True
             )
+        self._cache = out.past_key_values
+        self._cached = torch.cat([self._cached, new_tokens])
+        return out.logits[0, -rows:].detach().to(device="cpu", dtype=torch.float32)
 
     def _model_device(self):
         # transformers models expose .device; else the first parameter's
