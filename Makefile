@@ -26,10 +26,10 @@ test: build
 	$(PY) -m pytest tests
 
 demo: build
-	$(PY) tools/demo.py
+	$(PY) -m examples.demo
 
 bench: build
-	$(PY) tools/bench.py
+	$(PY) -m benchmarks.bench
 
 clean:
 	rm -rf build out .pytest_cache

@@ -23,22 +23,18 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def sv():
     """The spec-verify kernel module, loaded through `kernels`."""
-    import kernels
+    from tools.kernel_loader import load_kernel
 
-    if not (REPO / "build").is_dir():
-        pytest.fail("no build/ folder: run `make build` (or `make test`, which builds first)")
-    return kernels.get_local_kernel(REPO)
+    return load_kernel()
 
 
 # ----------------------------------------------------------------------------
-# The shipped model pair (models/, loaded by tools/e2e.py)
+# The shipped model pair (models/, loaded by examples/e2e.py)
 # ----------------------------------------------------------------------------
 
 
 def _e2e():
-    if str(REPO / "tools") not in sys.path:
-        sys.path.insert(0, str(REPO / "tools"))
-    import e2e
+    from examples import e2e
 
     return e2e
 
@@ -48,7 +44,7 @@ def pair():
     """``(tokenizer, draft, target)`` from ``models/`` (``SV_MODELS`` overrides), float32, eval mode."""
     e2e = _e2e()
     if not (e2e.MODELS / "target" / "model.safetensors").is_file():
-        pytest.fail("models/ has no trained pair: run `python tools/train_pair.py`")
+        pytest.fail("models/ has no trained pair: run `python -m examples.train_pair`")
     with e2e.torch_threads(1):
         return e2e.load_pair(e2e.MODELS)
 

@@ -26,8 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-import conformance as cf  # noqa: E402
+from tools import conformance as cf
 
 ALPHA = 1e-3
 ROUNDS = 500_000  # small vocabularies: cheap (~1 us/round), so far more than the 20 000 floor

@@ -1,4 +1,4 @@
-"""``tools/lean_llama.py``: the draft's lean runtime computes transformers' Llama forward.
+"""``examples/lean_llama.py``: the draft's lean runtime computes transformers' Llama forward.
 
 Oracle: the shipped models' own transformers forward over the whole sequence
 at once. The lean forward is run the way speculative decoding runs it -- a
@@ -17,9 +17,8 @@ import pytest
 import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import e2e  # noqa: E402
-from lean_llama import LeanCache, LeanLlama  # noqa: E402
+from examples import e2e
+from examples.lean_llama import LeanCache, LeanLlama
 
 # Logits are O(10); float32 reordering moves them by ~1e-5 at most here
 # (measured max 6e-6 on both models).

@@ -27,8 +27,7 @@ import torch
 
 from conftest import check_isa_script
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-import conformance as cf  # noqa: E402
+from tools import conformance as cf
 
 ALPHA = 1e-3  # every statistical test here, family-wise per test function
 

@@ -1,4 +1,4 @@
-"""The shipped draft / target pair (``models/``, trained by ``tools/train_pair.py``).
+"""The shipped draft / target pair (``models/``, trained by ``examples/train_pair.py``).
 
 What is shown, and against which oracle:
 
@@ -9,7 +9,7 @@ What is shown, and against which oracle:
 * the models produce ``[1, n, V]`` logits; on the recipe's validation windows
   (rebuilt here) the target beats the draft, both beat a uniform guess by far,
   and both losses equal the logged ones (the files are the trained ones);
-* the plain baseline of ``tools/e2e.py`` equals ``target.generate(do_sample=False)``
+* the plain baseline of ``examples/e2e.py`` equals ``target.generate(do_sample=False)``
   (an independent greedy decoder), and speculative greedy decoding through the
   loaded kernel equals that baseline, token for token, on several prompts;
 * the distilled draft agrees with the target often enough to speed decoding
@@ -29,8 +29,7 @@ import pytest
 import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import e2e  # noqa: E402
+from examples import e2e
 
 MODELS = e2e.MODELS  # models/ (SV_MODELS overrides, for trying a retrained pair)
 
@@ -137,7 +136,7 @@ def test_tokenizer_round_trips_a_stdlib_file(pair):
 
 def _validation_windows(tokenizer) -> torch.Tensor:
     """The recipe's validation windows, rebuilt from this interpreter's stdlib."""
-    import train_pair
+    from examples import train_pair
 
     _, val_files, _ = train_pair.corpus_files()
     stream = train_pair.token_stream(tokenizer.backend_tokenizer, val_files)
@@ -148,7 +147,7 @@ def test_validation_loss_is_the_logged_one(pair):
     # Rebuilds the held-out windows by the recipe and scores both shipped
     # models: the files are the logged ones, the target beats the draft, and
     # both beat the uniform guess by far.
-    import train_pair
+    from examples import train_pair
 
     tokenizer, draft, target = pair
     log = json.loads((MODELS / "training_log.json").read_text())
@@ -188,7 +187,7 @@ def _greedy_acceptance(sv, tokenizer, draft, target) -> float:
     for text in PROMPTS:
         prompt = _ids(tokenizer, text)
         plain = e2e.plain_decode(target, prompt, NEW_TOKENS)
-        # The draft on the demo's runtime (tools/lean_llama.py).
+        # The draft on the demo's runtime (examples/lean_llama.py).
         spec, stats = e2e.speculative_decode(sv, e2e.lean(draft), target, prompt, NEW_TOKENS, K, greedy=True)
         assert torch.equal(spec, plain), f"speculative greedy differs from plain greedy on {text!r}"
         accepted, drafted = accepted + stats.accepted, drafted + stats.drafted

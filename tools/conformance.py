@@ -3,8 +3,7 @@
 Runs N verification rounds on one fixed target/draft pair. Every round draws
 each draft token afresh from its draft row (token i from q_i) and K+1 fresh
 uniforms, calls the verifier, and records ``(n_accepted, next_token)``. The
-record is then held to the law (``spec_verify.law``, loaded from the source
-tree here; the tests use the built kernel's copy):
+record is then held to the law (``spec_verify.law``, from the built kernel):
 
 * the accepted-length histogram against ``N * P(n = j)``: chi-square;
 * the emitted token at every position ``j``, among the rounds with ``n == j``,
@@ -21,15 +20,15 @@ mean, K+1 positions); a position never reached counts as a test that passes.
 
 Library use::
 
-    from conformance import run_conformance, kernel_verifier, family
+    from tools.conformance import run_conformance, kernel_verifier, family
     target, draft = family("zipf-smoothed")
     result = run_conformance(kernel_verifier(sv), target, draft, rounds=20_000)
     assert result.passed, result.report()
 
-Command line (``python tools/conformance.py --help``)::
+Command line (``python -m tools.conformance --help``)::
 
-    python tools/conformance.py --family seed-0.678 --rounds 1000000
-    python tools/conformance.py --verifier resample-from-target   # must FAIL
+    python -m tools.conformance --family seed-0.678 --rounds 1000000
+    python -m tools.conformance --verifier resample-from-target   # must FAIL
 
 Verifiers follow the *rounds protocol*: ``verifier(target_probs [K+1, V],
 draft_probs [K, V], draft_tokens [B, K] int64, uniforms [B, K+1] float64) ->
@@ -48,9 +47,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import math
-import os
 import pathlib
 import sys
 import time
@@ -60,22 +57,16 @@ import numpy as np
 import torch
 from scipy import stats
 
+from tools.kernel_loader import load_kernel
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MIN_EXPECTED = 5.0
 
 Verifier = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple]
 
 
-def _load_source_module(name: str):
-    """Load ``torch-ext/spec_verify/<name>.py`` by path (it has no relative imports)."""
-    path = REPO / "torch-ext" / "spec_verify" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_spec_verify_src_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-law = _load_source_module("law")
+# The exact law, from the built kernel package (spec_verify.law).
+law = load_kernel().law
 
 
 # ----------------------------------------------------------------------------
@@ -642,27 +633,13 @@ def family(
 # ----------------------------------------------------------------------------
 
 
-def load_kernel():
-    """The built kernel through ``kernels`` (as the tests do); the source reference if unbuilt.
-
-    ``SPEC_VERIFY_ROOT`` names another folder holding ``build/`` (default: this checkout).
-    """
-    root = pathlib.Path(os.environ.get("SPEC_VERIFY_ROOT", REPO))
-    if (root / "build").is_dir():
-        import kernels
-
-        return kernels.get_local_kernel(root)
-    print("note: no build/ folder; using the pure-torch reference path", file=sys.stderr)
-    return _load_source_module("reference")
-
-
 def _verifier_by_name(name: str) -> Verifier:
     if name == "kernel":
         return kernel_verifier(load_kernel())
     if name == "kernel-single":
         return kernel_verifier(load_kernel(), batched=False)
     if name == "reference":
-        return single_round_verifier(_load_source_module("reference").verify_sampled)
+        return single_round_verifier(load_kernel().reference.verify_sampled)
     if name == "resample-from-target":
         return resample_from_target(kernel_verifier(load_kernel()))
     if name == "ignore-uniform":

@@ -1,4 +1,4 @@
-"""A lean forward for a small transformers Llama: the draft's runtime in ``tools/e2e.py``.
+"""A lean forward for a small transformers Llama: the draft's runtime in ``examples/e2e.py``.
 
     lean = LeanLlama(hf_llama)                 # same weights, no copy of the model's code
     out = lean(ids[None], use_cache=True)      # .logits [1, T, V], .past_key_values

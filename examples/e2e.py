@@ -1,15 +1,15 @@
 """End-to-end speculative decoding with the shipped draft / target pair.
 
-    python tools/e2e.py demo     # one prompt: greedy (identical text) and sampled, with statistics
-    python tools/e2e.py bench    # speedup for k = 1..8, greedy and sampled, measured vs predicted
+    python -m examples.e2e demo     # one prompt: greedy (identical text) and sampled, with statistics
+    python -m examples.e2e bench    # speedup for k = 1..8, greedy and sampled, measured vs predicted
 
 Library use (what ``make demo`` / ``make bench`` call)::
 
-    from e2e import demo_section, bench_rows
+    from examples.e2e import demo_section, bench_rows
     demo_section(sv)          # prints; returns a dict of the figures
     rows = bench_rows(sv)     # prints; returns one dict per (mode, k)
 
-The pair in ``models/`` is trained by ``tools/train_pair.py`` (recipe in
+The pair in ``models/`` is trained by ``examples/train_pair.py`` (recipe in
 ``models/README.md``). The plain baseline is a manual KV-cached loop over the
 same target (one forward of one token per new token, argmax or a seeded draw),
 so the speedup is not flattered by ``generate()``'s per-step overhead.
@@ -83,7 +83,7 @@ def load_pair(models_dir: pathlib.Path = MODELS):
         hf_logging.disable_progress_bar()  # no "Loading weights" bars inside the demo
 
         if not (models_dir / "target" / "model.safetensors").is_file():
-            raise SystemExit(f"no trained pair in {models_dir}: run `python tools/train_pair.py`")
+            raise SystemExit(f"no trained pair in {models_dir}: run `python -m examples.train_pair`")
         tokenizer = PreTrainedTokenizerFast.from_pretrained(models_dir / "tokenizer")
         # bf16 on disk, float32 in memory: CPU bf16 matmuls are not faster at this size.
         draft, target = (
@@ -99,7 +99,7 @@ _LEAN_CACHE: dict = {}
 
 def lean(model):
     """``LeanLlama(model)``, made once per model: the draft's runtime (see the module docstring)."""
-    from lean_llama import LeanLlama
+    from examples.lean_llama import LeanLlama
 
     if model not in _LEAN_CACHE:  # modules hash by identity
         _LEAN_CACHE[model] = LeanLlama(model)
@@ -256,7 +256,7 @@ def demo_section(sv, repeats: int = 7, max_new: int = DEMO_MAX_NEW, k: int = DEM
         print(f"End-to-end: draft {_n(hf_draft)} / target {_n(target)} parameters (models/), "
               f"k={k}, {max_new} new tokens, medians of {repeats} runs, {THREADS} thread(s).")
         print("Plain baseline: a KV-cached loop over the target, one token per forward. The target runs on\n"
-              "transformers' forward in both; the draft on tools/lean_llama.py (same weights, fewer ops).\n")
+              "transformers' forward in both; the draft on examples/lean_llama.py (same weights, fewer ops).\n")
 
         greedy = compare(sv, draft, target, prompt_ids, max_new, k, True, repeats)
         assert torch.equal(greedy["plain"], greedy["spec"]), "speculative greedy text differs from plain greedy"
@@ -492,9 +492,8 @@ def _bench_row(sv, draft, target, prompts, max_new, k, greedy, repeats, costs) -
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in (["demo"], ["bench"]):
-        raise SystemExit("usage: python tools/e2e.py demo|bench")
-    sys.path.insert(0, str(ROOT / "tools"))
-    from kernel_loader import load_kernel
+        raise SystemExit("usage: python -m examples.e2e demo|bench")
+    from tools.kernel_loader import load_kernel
 
     sv = load_kernel()
     if argv == ["demo"]:

@@ -28,10 +28,9 @@ import time
 
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+from tools.kernel_loader import load_kernel
 
-from kernel_loader import load_kernel  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 SHAPES = [(32000, 4), (128256, 5)]
 MIXED_ROUNDS = 64
@@ -389,10 +388,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     logits_rows = verify_logits_rows(sv, peer)
     print_logits_table(logits_rows, args.threads)
-    # End to end on the shipped model pair (tools/e2e.py): skipped with --quick.
+    # End to end on the shipped model pair (examples/e2e.py): skipped with --quick.
     e2e_rows = runtimes = None
     if not args.quick:
-        import e2e
+        from examples import e2e
 
         e2e_rows = e2e.bench_rows(sv)
         runtimes = e2e.runtime_rows(sv)

@@ -1,7 +1,7 @@
 """Train the shipped draft / target pair on the Python standard library's source.
 
-    python tools/train_pair.py                     # ~47 min: tokenizer, target, draft
-    python tools/train_pair.py --replay models/training_log.json   # the same run, step for step
+    python -m examples.train_pair                  # ~47 min: tokenizer, target, draft
+    python -m examples.train_pair --replay models/training_log.json   # the same run, step for step
 
 No model can be downloaded on the machines this project runs on, so the
 project trains its own pair, on a corpus every machine has offline: the

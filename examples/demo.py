@@ -29,8 +29,7 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import conformance as cf  # noqa: E402
+from tools import conformance as cf
 
 REPO = cf.REPO
 law = cf.law
@@ -273,8 +272,8 @@ def section_summary(ctx: Context) -> None:
 
 
 def section_end_to_end(ctx: Context) -> None:
-    # The shipped draft/target pair (models/, tools/e2e.py): text in, text out, faster.
-    import e2e
+    # The shipped draft/target pair (models/, examples/e2e.py): text in, text out, faster.
+    from examples import e2e
 
     banner("End to end: speculative decoding with the shipped model pair")
     ctx.summary["end_to_end"] = e2e.demo_section(ctx.sv)
