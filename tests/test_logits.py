@@ -1,6 +1,6 @@
 """Logits in: verify_logits, sample_draft and warp_probs against their definition.
 
-* The warped weights equal the pure-torch reference (``reference_logits``)
+* The warped weights equal the pure-torch reference (``reference.py``, ``warping.py``)
   bit for bit, on every compiled instruction set, for float32/16/bf16, odd
   vocabularies, -inf logits and ties at every cut-off.
 * ``verify_logits`` == reference ``verify_logits`` == ``verify_sampled`` on
@@ -61,11 +61,11 @@ def _three_way(sv, target, draft, tokens, u, warp):
     temperature, top_k, top_p, min_p = warp
     kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     ours = sv.verify_logits(target, draft, tokens, uniforms=u, **kw)
-    reference = sv.reference_logits.verify_logits(target, draft, tokens, uniforms=u, **kw)
+    reference = sv.reference.verify_logits(target, draft, tokens, uniforms=u, **kw)
     if temperature == 0:
         via_sampled = sv.verify_greedy(target, tokens)
     else:
-        weights = sv.reference_logits.warp_weights
+        weights = sv.reference.warp_weights
         via_sampled = sv.verify_sampled(
             weights(target, *warp), weights(draft, *warp) if len(tokens) else target[:0].float(),
             tokens, uniforms=u,
@@ -80,12 +80,12 @@ def _three_way(sv, target, draft, tokens, u, warp):
 
 def test_exp_sv_is_accurate_and_exact_at_zero(sv):
     z = -torch.rand(200_000, generator=torch.Generator().manual_seed(0)) * 90
-    w = sv.reference_logits.exp_sv(z)
+    w = sv.warping.exp_sv(z)
     exact = torch.exp(z.double())
     live = z >= -86
     assert float(((w.double() - exact) / exact)[live].abs().max()) < 2 * 2**-24  # within 2 ulp
     assert bool((w[~live] == 0).all())
-    assert sv.reference_logits.exp_sv(torch.tensor([0.0, -0.0, -math.inf])).tolist() == [1.0, 1.0, 0.0]
+    assert sv.warping.exp_sv(torch.tensor([0.0, -0.0, -math.inf])).tolist() == [1.0, 1.0, 0.0]
 
 
 @pytest.mark.parametrize("vocab", [1, 7, 83, 989, 32000])
@@ -98,10 +98,10 @@ def test_warped_weights_equal_the_reference_bit_for_bit(sv, vocab):
                 logits[1, ::3] = -math.inf
             ours = sv.warp_probs(logits, temperature=warp[0], top_k=warp[1], top_p=warp[2], min_p=warp[3],
                                  normalize=False)
-            reference = sv.reference_logits.warp_weights(logits, *warp)
+            reference = sv.reference.warp_weights(logits, *warp)
             assert torch.equal(ours, reference), (vocab, dtype, warp)
             probs = sv.warp_probs(logits, temperature=warp[0], top_k=warp[1], top_p=warp[2], min_p=warp[3])
-            torch.testing.assert_close(probs, sv.reference_logits.warp_probs(logits, *warp), rtol=2e-7, atol=0)
+            torch.testing.assert_close(probs, sv.reference.warp_probs(logits, *warp), rtol=2e-7, atol=0)
             assert torch.equal(probs > 0, reference > 0)
 
 
@@ -133,7 +133,7 @@ def test_support_and_probabilities_match_transformers_processors(sv):
 
 
 def test_ties_at_every_cut_off_stay_together(sv):
-    r = sv.reference_logits
+    r = sv.reference
     row = torch.tensor([3.0, 2.0, 2.0, 2.0, 1.0, 0.0])
     for fn in (lambda *a, **k: sv.warp_probs(*a, **k, normalize=False), r.warp_weights):
         # top-k = 2 cuts inside the tie {1, 2, 3}: all three stay.
@@ -148,7 +148,7 @@ def test_ties_at_every_cut_off_stay_together(sv):
         assert bool((fn(flat, temperature=1.0, top_k=3, top_p=0.2) == 1.0).all())
         # min-p is a threshold on the weight: exactly p = min_p * max stays.
         two = torch.tensor([0.0, math.log(0.25), math.log(0.25) - 1e-3])
-        kept = fn(two, temperature=1.0, min_p=float(r.exp_sv(torch.tensor([math.log(0.25)]))))
+        kept = fn(two, temperature=1.0, min_p=float(sv.warping.exp_sv(torch.tensor([math.log(0.25)]))))
         assert (kept > 0).tolist() == [True, True, False]
 
 
@@ -210,7 +210,7 @@ def test_batched_equals_single_and_is_ragged(sv):
     counts = torch.tensor([4, 0, 2, 1, 3, 4])
     u = torch.rand(b, k + 1, dtype=torch.float64, generator=gen)
     n, nxt = sv.verify_logits_batched(target, draft, tokens, counts, uniforms=u, **warp)
-    rn, rnxt = sv.reference_logits.verify_logits_batched(target, draft, tokens, counts, uniforms=u, **warp)
+    rn, rnxt = sv.reference.verify_logits_batched(target, draft, tokens, counts, uniforms=u, **warp)
     assert n.tolist() == rn.tolist() and nxt.tolist() == rnxt.tolist()
     for i in range(b):
         kb = int(counts[i])
@@ -262,7 +262,7 @@ def test_rows_after_the_first_rejection_are_never_read(sv):
     tokens = torch.tensor([7, 1, 2, 3])
     target[1:] = float("nan")
     draft[1:] = float("nan")
-    for impl in (sv, sv.reference_logits):
+    for impl in (sv, sv.reference):
         n, _ = impl.verify_logits(target, draft, tokens, top_k=8, uniforms=torch.full((5,), 0.5, dtype=torch.float64))
         assert n == 0
 
@@ -292,7 +292,7 @@ def test_sample_draft_draws_from_the_warped_distribution(sv):
         # The single-row form draws the same token for the same uniform as the reference.
         u = torch.rand(draws // 100, dtype=torch.float64, generator=gen)
         ours = sv.sample_draft(logits.expand(len(u), -1), uniforms=u, **kw)
-        assert torch.equal(ours, sv.reference_logits.sample_draft(logits.expand(len(u), -1), uniforms=u, **kw))
+        assert torch.equal(ours, sv.reference.sample_draft(logits.expand(len(u), -1), uniforms=u, **kw))
         # Negative control 1: drafting from the unwarped softmax (the footgun) fails.
         unwarped = torch.multinomial(torch.softmax(logits / warp[0], -1), draws, replacement=True, generator=gen)
         assert _draw_test(sv, unwarped.numpy(), law, "unwarped").pvalue < ALPHA
@@ -373,7 +373,7 @@ def test_conformance_negative_controls_fail(sv):
 
 @pytest.fixture(params=["kernel", "reference"])
 def impl(request, sv):
-    return sv if request.param == "kernel" else sv.reference_logits
+    return sv if request.param == "kernel" else sv.reference
 
 
 def test_tokens_outside_the_warped_draft_support_are_refused(impl):
@@ -433,7 +433,7 @@ def test_nan_and_pos_inf_logits_in_a_read_row(impl, value, name, which):
 def test_bad_shapes_dtypes_and_uniforms(sv):
     target, draft = torch.zeros(3, 5), torch.zeros(2, 5)
     tokens = torch.tensor([0, 1])
-    for impl in (sv, sv.reference_logits):
+    for impl in (sv, sv.reference):
         with pytest.raises(ValueError, match="target_logits must have K\\+1"):
             impl.verify_logits(target[:2], draft, tokens)
         with pytest.raises(ValueError, match="draft_logits must have shape"):
@@ -464,7 +464,7 @@ ISA_SCRIPT = textwrap.dedent(
     """
     import math, pathlib, sys, torch, kernels
     sv = kernels.get_local_kernel(pathlib.Path(sys.argv[1]))
-    r = sv.reference_logits
+    r = sv.reference
     print(sv.ops.warp_info().split("=")[1])
     gen = torch.Generator().manual_seed(0)
     bad = 0

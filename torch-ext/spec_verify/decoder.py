@@ -29,9 +29,7 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
-# __init__ imports this module after defining the wrappers, so this is not a
-# cycle: the public ops (C++ on CPU, reference elsewhere) are already bound.
-from . import verify_greedy, verify_sampled
+from .verify import verify_greedy, verify_sampled
 
 __all__ = ["SpeculativeDecoder", "DecodeStats"]
 

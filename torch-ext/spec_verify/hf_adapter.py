@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from .logits import warp_probs
+
 __all__ = ["HFCausalLMStep", "hf_step_pair", "warp_logits"]
 
 
@@ -76,7 +78,6 @@ def warp_logits(
 
     Draft and target go through this same function, so their warps agree.
     """
-    from . import warp_probs  # the package's own op; imported here, as __init__ imports this module
 
     return warp_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
 

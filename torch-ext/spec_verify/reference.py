@@ -1,130 +1,60 @@
 """Pure-torch reference path: the contract every fast path is tested against.
 
-It implements DESIGN §2 with plain torch ops, one row at a time, so that a
-reader can check it against the paper in a minute. It also serves tensors on
-devices the C++ kernel does not (CUDA, MPS): the wrappers in ``__init__``
-route anything that is not on the CPU here.
+One decision stack, written once for both op families (the glossary and the
+contract are in DESIGN.md):
 
-The arithmetic is written in the same order as the C++ kernel (float64, no
-fused multiply-add), so that for the same uniforms both paths emit the same
-tokens; the only place they may differ is the order of float64 additions
-inside a row sum, which moves a decision only when a uniform lands within
-~1e-16 of a boundary.
+* ``greedy_sequence``: accept draft tokens while each equals the target row's
+  argmax; the first miss emits that argmax (the correction token), a full
+  acceptance emits the argmax of row K (the bonus token);
+* ``sampled_sequence``: accept ``t_i`` iff ``u_i * q_i(t_i) < p_i(t_i)``;
+  the first rejection emits a draw from the residual ``norm(max(0, p_i - q_i))``
+  (the correction token), a full acceptance a draw from ``p_K`` (the bonus).
+
+Both read their rows through a *row source*: ``ProbRows`` (probability rows,
+``verify_greedy`` / ``verify_sampled``) or ``WarpedRows`` (logits warped by
+``warping.py``, ``verify_logits``). The C++ kernel has the same shape
+(``csrc/decide.h``), and its arithmetic is written in the same order
+(float64, no fused multiply-add; DESIGN.md, "Numerics"), so for the same
+uniforms both paths emit the same tokens. The only place they may differ is
+the order of float64 additions inside a row sum, which moves a decision only
+when a uniform lands within ~1e-16 of a boundary.
+
+This path also serves tensors on devices the C++ kernel does not (CUDA,
+MPS): the public wrappers route anything that is not on the CPU here.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ._checks import (
+    check_rows_tensor,
+    check_sequences,
+    check_uniforms,
+    check_vocab,
+    checked_argmax,
+    where,
+)
+from .warping import Warp, check_warp, warp_row, warp_weights
+
 __all__ = [
     "verify_greedy",
     "verify_sampled",
     "verify_greedy_batched",
     "verify_sampled_batched",
+    "verify_logits",
+    "verify_logits_batched",
+    "sample_draft",
+    "warp_probs",
+    "warp_weights",
     "inverse_cdf",
+    "residual",
 ]
 
-_PROB_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_TOKEN_DTYPES = (torch.int64, torch.int32)
-
 
 # ----------------------------------------------------------------------------
-# Argument checks (the same rules and wording as the C++ TORCH_CHECKs)
+# The two draws: inverse CDF, and the residual it draws from after a rejection
 # ----------------------------------------------------------------------------
-
-
-def _check_probs_tensor(name: str, t: torch.Tensor, ndim: int) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _PROB_DTYPES:
-        raise TypeError(
-            f"{name} must be float32, float16 or bfloat16, got {t.dtype}"
-        )
-    if t.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
-
-
-def _check_tokens_tensor(name: str, t: torch.Tensor, ndim: int) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _TOKEN_DTYPES:
-        raise TypeError(f"{name} must be int64 or int32, got {t.dtype}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
-
-
-def _check_same_device(**tensors: torch.Tensor | None) -> None:
-    devices = {name: t.device for name, t in tensors.items() if t is not None}
-    if len(set(devices.values())) > 1:
-        listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
-        raise ValueError(f"all tensors must be on one device, got {listing}")
-
-
-def _check_token_range(draft_tokens: torch.Tensor, vocab: int, name: str = "draft_tokens") -> None:
-    if draft_tokens.numel() == 0:
-        return
-    lo, hi = int(draft_tokens.min()), int(draft_tokens.max())
-    if lo < 0 or hi >= vocab:
-        bad = lo if lo < 0 else hi
-        raise IndexError(f"{name} holds token id {bad}, outside [0, V) with V = {vocab}")
-
-
-def _check_rows_for_tokens(name: str, rows: torch.Tensor, k: int) -> int:
-    """rows must be [K+1, V] with V >= 1 for K draft tokens; returns V."""
-    if rows.shape[0] != k + 1:
-        raise ValueError(
-            f"{name} must have K+1 = {k + 1} rows for K = {k} draft_tokens, got shape {tuple(rows.shape)}"
-        )
-    vocab = rows.shape[1]
-    if vocab < 1:
-        raise ValueError(f"{name} must have a vocabulary of at least one token (V >= 1)")
-    return vocab
-
-
-def _check_uniforms(uniforms: torch.Tensor, shape: tuple[int, ...]) -> None:
-    if not isinstance(uniforms, torch.Tensor):
-        raise TypeError(f"uniforms must be a torch.Tensor, got {type(uniforms).__name__}")
-    if uniforms.dtype != torch.float64:
-        raise TypeError(f"uniforms must be float64, got {uniforms.dtype}")
-    if tuple(uniforms.shape) != shape:
-        raise ValueError(
-            f"uniforms must have shape {list(shape)} (one per draft token plus one "
-            f"for the final draw), got {list(uniforms.shape)}"
-        )
-    if uniforms.numel() and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
-        bad = uniforms[~((uniforms >= 0) & (uniforms < 1))].flatten()[0].item()
-        raise ValueError(f"uniforms must lie in [0, 1), got {bad}")
-
-
-def _check_prob_row(row64: torch.Tensor, name: str, index: tuple[int, ...]) -> float:
-    """Validate one read row (float64) and return its mass."""
-    bad = ~(torch.isfinite(row64) & (row64 >= 0))
-    if bool(bad.any()):
-        col = int(bad.nonzero()[0, 0])
-        where = ", ".join(str(i) for i in (*index, col))
-        raise ValueError(
-            f"{name}[{where}] is {row64[col].item()}: probabilities must be finite and non-negative"
-        )
-    mass = float(row64.sum())
-    if mass <= 0.0:
-        where = ", ".join(str(i) for i in index)
-        raise ValueError(f"{name}[{where}] sums to zero: every read row needs positive mass")
-    return mass
-
-
-# ----------------------------------------------------------------------------
-# Building blocks
-# ----------------------------------------------------------------------------
-
-
-def _argmax_row(row: torch.Tensor, name: str, index: tuple[int, ...]) -> int:
-    row32 = row.float()
-    nan = torch.isnan(row32)
-    if bool(nan.any()):
-        where = ", ".join(str(i) for i in (*index, int(nan.nonzero()[0, 0])))
-        raise ValueError(f"{name}[{where}] is NaN: argmax is undefined")
-    # torch.argmax returns the first maximal index: ties go to the lowest id.
-    return int(torch.argmax(row32))
 
 
 def inverse_cdf(weights64: torch.Tensor, uniform: float) -> int:
@@ -146,170 +76,278 @@ def inverse_cdf(weights64: torch.Tensor, uniform: float) -> int:
     return idx
 
 
-def _draw_uniforms(count: int, generator: torch.Generator | None, device) -> torch.Tensor:
+def residual(p: torch.Tensor, q: torch.Tensor, p_mass: float, q_mass: float) -> torch.Tensor:
+    """``max(0, p * Q - q * P)``: ``norm(max(0, p/P - q/Q))`` scaled by ``P * Q``.
+
+    Multiplied out (no division), in this order, as the C++ (DESIGN.md,
+    "Numerics": the same expression, the same order, no FMA).
+    """
+    return torch.clamp(p * q_mass - q * p_mass, min=0.0)
+
+
+def _draw_correction(p, q, p_mass, q_mass, u: float) -> int:
+    r = residual(p, q, p_mass, q_mass)
+    if float(r.sum()) > 0.0:
+        return inverse_cdf(r, u)
+    # Fallback: the residual rounded to zero everywhere (p equals q to within
+    # rounding), so the target row itself is the residual's law.
+    return inverse_cdf(p, u)
+
+
+def _draw_uniforms(count: int, generator: torch.Generator | None) -> torch.Tensor:
     # The one place randomness enters: count float64 uniforms in [0, 1), drawn
     # in order from the generator (the default CPU generator when None).
-    return torch.rand(count, dtype=torch.float64, generator=generator).to(device)
+    return torch.rand(count, dtype=torch.float64, generator=generator)
+
+
+def _take_uniforms(uniforms, generator, shape: tuple[int, ...], draw: bool,
+                   what: str = "one per draft token plus one for the final draw"):
+    """Given uniforms (always validated), else ``shape`` fresh draws when ``draw``."""
+    if uniforms is not None:
+        check_uniforms(uniforms, shape, what)
+        return uniforms.double().cpu()
+    if not draw:
+        return None
+    count = 1
+    for s in shape:
+        count *= s
+    return _draw_uniforms(count, generator).reshape(shape)
 
 
 # ----------------------------------------------------------------------------
-# Single sequence
+# Row sources: what the decision loops read
+# ----------------------------------------------------------------------------
+
+
+class ProbRows:
+    """Rows of probabilities (not necessarily normalized): ``verify_greedy`` / ``verify_sampled``."""
+
+    target_name, draft_name = "target_probs", "draft_probs"
+
+    def __init__(self, target, draft, prefix: tuple[int, ...] = ()):
+        self.target, self.draft, self.prefix = target, draft, prefix
+
+    def check_draft_token(self, i: int, token: int) -> None:
+        pass  # a probability row says nothing about which token a greedy draft picked
+
+    def target_argmax(self, i: int) -> int:
+        return checked_argmax(self.target[i], self.target_name, (*self.prefix, i))
+
+    def _row(self, rows, name: str, i: int) -> tuple[torch.Tensor, float]:
+        row64 = rows[i].double()
+        index = (*self.prefix, i)
+        bad = ~(torch.isfinite(row64) & (row64 >= 0))
+        if bool(bad.any()):
+            col = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"{name}[{where((*index, col))}] is {row64[col].item()}: "
+                "probabilities must be finite and non-negative"
+            )
+        mass = float(row64.sum())
+        if mass <= 0.0:
+            raise ValueError(f"{name}[{where(index)}] sums to zero: every read row needs positive mass")
+        return row64, mass
+
+    def target_row(self, i: int) -> tuple[torch.Tensor, float]:
+        return self._row(self.target, self.target_name, i)
+
+    def draft_row(self, i: int) -> tuple[torch.Tensor, float]:
+        return self._row(self.draft, self.draft_name, i)
+
+    def unsampled(self, i: int, token: int) -> ValueError:
+        return ValueError(
+            f"{self.draft_name}[{where((*self.prefix, i, token))}] is zero: "
+            f"the draft cannot have sampled token {token}"
+        )
+
+
+class WarpedRows:
+    """Rows of logits, warped on read (``warping.py``): ``verify_logits``."""
+
+    target_name, draft_name = "target_logits", "draft_logits"
+
+    def __init__(self, target, draft, warp: Warp, prefix: tuple[int, ...] = ()):
+        self.target, self.draft, self.warp, self.prefix = target, draft, warp, prefix
+
+    def check_draft_token(self, i: int, token: int) -> None:
+        # Temperature 0: the warped draft row is the point mass on its argmax.
+        index = (*self.prefix, i)
+        best = checked_argmax(self.draft[i], self.draft_name, index)
+        if token != best:
+            raise ValueError(
+                f"draft_tokens[{where(index)}] = {token} is outside the support of the warped draft "
+                f"distribution: at temperature 0 it is a point mass on "
+                f"argmax({self.draft_name}[{where(index)}]) = {best}"
+            )
+
+    def target_argmax(self, i: int) -> int:
+        return checked_argmax(self.target[i], self.target_name, (*self.prefix, i))
+
+    def _row(self, rows, name: str, i: int) -> tuple[torch.Tensor, float]:
+        row64 = warp_row(rows[i], self.warp, name, (*self.prefix, i)).double()
+        return row64, float(row64.sum())
+
+    def target_row(self, i: int) -> tuple[torch.Tensor, float]:
+        return self._row(self.target, self.target_name, i)
+
+    def draft_row(self, i: int) -> tuple[torch.Tensor, float]:
+        return self._row(self.draft, self.draft_name, i)
+
+    def unsampled(self, i: int, token: int) -> ValueError:
+        index = where((*self.prefix, i))
+        return ValueError(
+            f"draft_tokens[{index}] = {token} is outside the support of the warped draft "
+            f"distribution ({self.draft_name}[{index}] after temperature, top-k, top-p and "
+            f"min-p): the draft cannot have sampled it; draw draft tokens with sample_draft "
+            f"and the same arguments"
+        )
+
+
+# ----------------------------------------------------------------------------
+# The decision loops, once (lazy: row i is read only if rows 0..i-1 were accepted)
+# ----------------------------------------------------------------------------
+
+
+def greedy_sequence(rows, tokens: list[int]) -> tuple[int, int]:
+    """``(n_accepted, next_token)``: the correction at the first miss, else the bonus."""
+    k = len(tokens)
+    for i, token in enumerate(tokens):
+        rows.check_draft_token(i, token)
+        best = rows.target_argmax(i)
+        if token != best:
+            return i, best
+    return k, rows.target_argmax(k)
+
+
+def sampled_sequence(rows, tokens: list[int], u: list[float]) -> tuple[int, int]:
+    """``(n_accepted, next_token)`` by rejection sampling with ``len(tokens) + 1`` uniforms."""
+    k = len(tokens)
+    u_final = float(u[k])
+    for i, token in enumerate(tokens):
+        p, p_mass = rows.target_row(i)
+        q, q_mass = rows.draft_row(i)
+        p_t, q_t = float(p[token]), float(q[token])
+        if q_t == 0.0:
+            raise rows.unsampled(i, token)
+        # Accept iff u * q(t)/Q < p(t)/P, multiplied out (no division).
+        if float(u[i]) * q_t * p_mass < p_t * q_mass:
+            continue
+        return i, _draw_correction(p, q, p_mass, q_mass, u_final)
+    p, _ = rows.target_row(k)
+    return k, inverse_cdf(p, u_final)
+
+
+def _run_batch(shape, decide) -> tuple[torch.Tensor, torch.Tensor]:
+    n_acc = torch.empty(shape.batch, dtype=torch.int64)
+    nxt = torch.empty(shape.batch, dtype=torch.int64)
+    for b in range(shape.batch):
+        n_acc[b], nxt[b] = decide(b, shape.counts[b])
+    return n_acc, nxt
+
+
+# ----------------------------------------------------------------------------
+# Probability rows in
 # ----------------------------------------------------------------------------
 
 
 def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
-    """Reference greedy verification; see ``spec_verify.verify_greedy``."""
-    _check_probs_tensor("target_probs", target_probs, 2)
-    _check_tokens_tensor("draft_tokens", draft_tokens, 1)
-    _check_same_device(target_probs=target_probs, draft_tokens=draft_tokens)
-    k = draft_tokens.shape[0]
-    vocab = _check_rows_for_tokens("target_probs", target_probs, k)
-    _check_token_range(draft_tokens, vocab)
-    tokens = draft_tokens.tolist()
-    for i in range(k):
-        best = _argmax_row(target_probs[i], "target_probs", (i,))
-        if tokens[i] != best:
-            return i, best
-    return k, _argmax_row(target_probs[k], "target_probs", (k,))
+    """Reference ``spec_verify.verify_greedy``."""
+    check_sequences(target_probs, None, draft_tokens, batched=False, target_name="target_probs", draft_name=None)
+    return greedy_sequence(ProbRows(target_probs, None), draft_tokens.tolist())
 
 
-def _check_sampled_shapes(target_probs, draft_probs, draft_tokens) -> tuple[int, int]:
-    _check_probs_tensor("target_probs", target_probs, 2)
-    _check_probs_tensor("draft_probs", draft_probs, 2)
-    _check_tokens_tensor("draft_tokens", draft_tokens, 1)
-    if draft_probs.dtype != target_probs.dtype:
-        raise TypeError(
-            f"draft_probs must have the dtype of target_probs ({target_probs.dtype}), "
-            f"got {draft_probs.dtype}"
-        )
-    k = draft_tokens.shape[0]
-    vocab = _check_rows_for_tokens("target_probs", target_probs, k)
-    if tuple(draft_probs.shape) != (k, vocab):
-        raise ValueError(
-            f"draft_probs must have shape [K, V] = [{k}, {vocab}], got {tuple(draft_probs.shape)}"
-        )
-    return k, vocab
-
-
-def _verify_sampled_rows(target_probs, draft_probs, tokens, u, index_prefix=()) -> tuple[int, int]:
-    """The rejection-sampling loop over already-checked shapes."""
-    k = len(tokens)
-    u_final = float(u[k])
-    for i in range(k):
-        idx = (*index_prefix, i)
-        p = target_probs[i].double()
-        q = draft_probs[i].double()
-        p_mass = _check_prob_row(p, "target_probs", idx)
-        q_mass = _check_prob_row(q, "draft_probs", idx)
-        t = tokens[i]
-        p_t, q_t = float(p[t]), float(q[t])
-        if q_t == 0.0:
-            where = ", ".join(str(j) for j in (*idx, t))
-            raise ValueError(
-                f"draft_probs[{where}] is zero: the draft cannot have sampled token {t}"
-            )
-        # Accept iff u * q(t)/Q < p(t)/P, multiplied out (no division).
-        if float(u[i]) * q_t * p_mass < p_t * q_mass:
-            continue
-        residual = torch.clamp(p * q_mass - q * p_mass, min=0.0)
-        if float(residual.sum()) > 0.0:
-            return i, inverse_cdf(residual, u_final)
-        # Fallback: the residual rounded to zero everywhere (p and q equal to
-        # within rounding); the target row itself is then the residual's law.
-        return i, inverse_cdf(p, u_final)
-    p = target_probs[k].double()
-    _check_prob_row(p, "target_probs", (*index_prefix, k))
-    return k, inverse_cdf(p, u_final)
-
-
-def verify_sampled(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    *,
-    generator: torch.Generator | None = None,
-    uniforms: torch.Tensor | None = None,
-) -> tuple[int, int]:
-    """Reference speculative sampling; see ``spec_verify.verify_sampled``."""
-    k, vocab = _check_sampled_shapes(target_probs, draft_probs, draft_tokens)
-    _check_same_device(target_probs=target_probs, draft_probs=draft_probs, draft_tokens=draft_tokens)
-    _check_token_range(draft_tokens, vocab)
-    if uniforms is None:
-        uniforms = _draw_uniforms(k + 1, generator, "cpu")
-    else:
-        _check_uniforms(uniforms, (k + 1,))
-    return _verify_sampled_rows(
-        target_probs, draft_probs, draft_tokens.tolist(), uniforms.double().cpu().tolist()
-    )
-
-
-# ----------------------------------------------------------------------------
-# Batched, ragged
-# ----------------------------------------------------------------------------
-
-
-def _check_num_draft(num_draft_tokens, batch: int, k_max: int) -> list[int]:
-    if num_draft_tokens is None:
-        return [k_max] * batch
-    _check_tokens_tensor("num_draft_tokens", num_draft_tokens, 1)
-    if num_draft_tokens.shape[0] != batch:
-        raise ValueError(
-            f"num_draft_tokens must have B = {batch} entries, got shape {tuple(num_draft_tokens.shape)}"
-        )
-    counts = num_draft_tokens.tolist()
-    for b, c in enumerate(counts):
-        if c < 0 or c > k_max:
-            raise ValueError(f"num_draft_tokens[{b}] is {c}, outside [0, K] with K = {k_max}")
-    return counts
+def verify_sampled(target_probs, draft_probs, draft_tokens, *, generator=None, uniforms=None) -> tuple[int, int]:
+    """Reference ``spec_verify.verify_sampled``."""
+    shape = check_sequences(target_probs, draft_probs, draft_tokens, batched=False,
+                            target_name="target_probs", draft_name="draft_probs")
+    u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=True)
+    return sampled_sequence(ProbRows(target_probs, draft_probs), draft_tokens.tolist(), u.tolist())
 
 
 def verify_greedy_batched(target_probs, draft_tokens, num_draft_tokens=None):
-    """Reference batched greedy verification; see ``spec_verify.verify_greedy_batched``."""
-    _check_probs_tensor("target_probs", target_probs, 3)
-    _check_tokens_tensor("draft_tokens", draft_tokens, 2)
-    batch, k = draft_tokens.shape
-    if tuple(target_probs.shape[:2]) != (batch, k + 1):
-        raise ValueError(
-            f"target_probs must have shape [B, K+1, V] = [{batch}, {k + 1}, V], "
-            f"got {tuple(target_probs.shape)}"
-        )
-    counts = _check_num_draft(num_draft_tokens, batch, k)
-    n_acc = torch.empty(batch, dtype=torch.int64)
-    nxt = torch.empty(batch, dtype=torch.int64)
-    for b in range(batch):
-        kb = counts[b]
-        n_acc[b], nxt[b] = verify_greedy(target_probs[b, : kb + 1], draft_tokens[b, :kb])
-    return n_acc, nxt
+    """Reference ``spec_verify.verify_greedy_batched``."""
+    shape = check_sequences(target_probs, None, draft_tokens, num_draft_tokens, batched=True,
+                            target_name="target_probs", draft_name=None)
+    return _run_batch(shape, lambda b, kb: greedy_sequence(
+        ProbRows(target_probs[b], None, (b,)), draft_tokens[b, :kb].tolist()))
 
 
-def verify_sampled_batched(
-    target_probs, draft_probs, draft_tokens, num_draft_tokens=None, *, generator=None, uniforms=None
-):
-    """Reference batched speculative sampling; see ``spec_verify.verify_sampled_batched``."""
-    _check_probs_tensor("target_probs", target_probs, 3)
-    _check_probs_tensor("draft_probs", draft_probs, 3)
-    _check_tokens_tensor("draft_tokens", draft_tokens, 2)
-    batch, k = draft_tokens.shape
-    if tuple(target_probs.shape[:2]) != (batch, k + 1):
-        raise ValueError(
-            f"target_probs must have shape [B, K+1, V] = [{batch}, {k + 1}, V], "
-            f"got {tuple(target_probs.shape)}"
-        )
-    counts = _check_num_draft(num_draft_tokens, batch, k)
-    if uniforms is None:
-        uniforms = _draw_uniforms(batch * (k + 1), generator, "cpu").reshape(batch, k + 1)
-    else:
-        _check_uniforms(uniforms, (batch, k + 1))
-    n_acc = torch.empty(batch, dtype=torch.int64)
-    nxt = torch.empty(batch, dtype=torch.int64)
-    for b in range(batch):
-        kb = counts[b]
-        # Sequence b uses uniforms[b, :kb] for its tests and uniforms[b, kb]
-        # for its final draw, exactly as the single-sequence op would.
-        n_acc[b], nxt[b] = verify_sampled(
-            target_probs[b, : kb + 1],
-            draft_probs[b, :kb],
-            draft_tokens[b, :kb],
-            uniforms=uniforms[b, : kb + 1].contiguous(),
-        )
-    return n_acc, nxt
+def verify_sampled_batched(target_probs, draft_probs, draft_tokens, num_draft_tokens=None, *,
+                           generator=None, uniforms=None):
+    """Reference ``spec_verify.verify_sampled_batched``."""
+    shape = check_sequences(target_probs, draft_probs, draft_tokens, num_draft_tokens, batched=True,
+                            target_name="target_probs", draft_name="draft_probs")
+    u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=True)
+    # Sequence b uses u[b, :k_b] for its tests and u[b, k_b] for its final draw.
+    return _run_batch(shape, lambda b, kb: sampled_sequence(
+        ProbRows(target_probs[b], draft_probs[b], (b,)), draft_tokens[b, :kb].tolist(), u[b, : kb + 1].tolist()))
+
+
+# ----------------------------------------------------------------------------
+# Logits in (warped by warping.py, identically for draft and target)
+# ----------------------------------------------------------------------------
+
+
+def _logits_sequence(rows: WarpedRows, tokens: list[int], u) -> tuple[int, int]:
+    if rows.warp.greedy:
+        return greedy_sequence(rows, tokens)
+    return sampled_sequence(rows, tokens, u)
+
+
+def verify_logits(target_logits, draft_logits, draft_tokens, *, temperature=1.0, top_k=0, top_p=1.0,
+                  min_p=0.0, generator=None, uniforms=None) -> tuple[int, int]:
+    """Reference ``spec_verify.verify_logits``."""
+    warp = check_warp(temperature, top_k, top_p, min_p)
+    shape = check_sequences(target_logits, draft_logits, draft_tokens, batched=False,
+                            target_name="target_logits", draft_name="draft_logits")
+    u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=not warp.greedy)
+    return _logits_sequence(WarpedRows(target_logits, draft_logits, warp), draft_tokens.tolist(),
+                            None if u is None else u.tolist())
+
+
+def verify_logits_batched(target_logits, draft_logits, draft_tokens, num_draft_tokens=None, *,
+                          temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None):
+    """Reference ``spec_verify.verify_logits_batched``."""
+    warp = check_warp(temperature, top_k, top_p, min_p)
+    shape = check_sequences(target_logits, draft_logits, draft_tokens, num_draft_tokens, batched=True,
+                            target_name="target_logits", draft_name="draft_logits")
+    u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=not warp.greedy,
+                       what="B rows of one per draft token plus one for the final draw")
+    return _run_batch(shape, lambda b, kb: _logits_sequence(
+        WarpedRows(target_logits[b], draft_logits[b], warp, (b,)), draft_tokens[b, :kb].tolist(),
+        None if u is None else u[b, : kb + 1].tolist()))
+
+
+def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,
+                 uniforms=None) -> torch.Tensor:
+    """Reference ``spec_verify.sample_draft`` on ``[..., V]`` logits -> int64 ``[...]``.
+
+    Row ``j`` (rows in row-major order) is drawn with ``uniforms[j]`` by
+    inverse CDF over its warped weights: the smallest id whose cumulative
+    weight exceeds ``u * total``. Temperature 0: the argmax, no uniform used.
+    """
+    warp = check_warp(temperature, top_k, top_p, min_p)
+    check_rows_tensor("draft_logits", draft_logits, None)
+    check_vocab("draft_logits", draft_logits.shape[-1] if draft_logits.dim() >= 1 else 0)
+    rows = draft_logits.reshape(-1, draft_logits.shape[-1])
+    count = rows.shape[0]
+    if isinstance(uniforms, torch.Tensor):
+        uniforms = uniforms.reshape(-1)
+    u = _take_uniforms(uniforms, generator, (count,), draw=not warp.greedy, what="one per row of draft_logits")
+    tokens = torch.empty(count, dtype=torch.int64)
+    for j in range(count):
+        if warp.greedy:
+            tokens[j] = checked_argmax(rows[j], "draft_logits", (j,))
+        else:
+            tokens[j] = inverse_cdf(warp_row(rows[j], warp, "draft_logits", (j,)).double(), float(u[j]))
+    return tokens.reshape(draft_logits.shape[:-1]).to(draft_logits.device)
+
+
+def warp_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, normalize=True) -> torch.Tensor:
+    """Reference ``spec_verify.warp_probs``: the warped weights, divided by their
+    float64 sum (rounded once to float32) when ``normalize``."""
+    weights = warp_weights(logits, temperature, top_k, top_p, min_p)
+    if not normalize:
+        return weights
+    w64 = weights.double()
+    return (w64 / w64.sum(-1, keepdim=True)).float()
