@@ -15,6 +15,8 @@ first token rejected: one row, or one row pair), `mixed` (drafts sampled from
 a draft whose per-token acceptance is ~0.68, over a fixed set of rounds).
 
 Absolute microseconds are context only: this machine is shared and noisy.
+The `kernels benchmark` workloads (all accepted, checked against the
+reference) are in `benchmarks/benchmark.py`.
 """
 
 from __future__ import annotations

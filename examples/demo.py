@@ -1,6 +1,7 @@
-"""`make demo`: the seed's measurement, reproduced on this machine and held to the exact law.
+"""`make demo`: the Pi experiment, reproduced on this machine and held to the exact law.
 
-The seed reports: 600 verification rounds at K = 4, V = 32000, with a draft
+The Pi experiment (the user's reference measurement, on a Raspberry Pi)
+reports: 600 verification rounds at K = 4, V = 32000, with a draft
 whose per-token acceptance sum(min(p, q)) is 0.678, giving a mean accepted
 length of 1.84 "against the analytic law's 1.86". This demo builds such a pair
 (every alpha_i = 0.678 by construction), runs the kernel's ``verify_sampled``
@@ -8,7 +9,8 @@ for 600 rounds, prints the accepted-length histogram beside the law and the
 per-round times of greedy and sampled verification, and plots histogram vs
 law into ``out/``. Then it repeats the run at up to 10^6 rounds (as many as the
 time budget allows) to show the match at the sampling floor, and at the
-seed's published-row shape V = 128256, K = 5.
+Pi experiment's published-row shape V = 128256, K = 5. ("seed" below always
+means an RNG seed.)
 
 Sections are small functions registered in ``SECTIONS``; ``main(argv)`` runs
 them in order with a shared ``Context``. A later section (an end-to-end model
@@ -34,9 +36,9 @@ from tools import conformance as cf
 REPO = cf.REPO
 law = cf.law
 
-SEED_ACCEPTANCE = 0.678  # the seed's per-token acceptance sum(min(p, q))
-SEED_MEASURED, SEED_ANALYTIC = 1.84, 1.86  # the seed's quoted pair
-SEED_TIMES_US = {"Pi 5": (33, 117), "Pi 4": (126, 657)}  # (greedy, sampled) per round
+PI_ACCEPTANCE = 0.678  # the Pi experiment's per-token acceptance sum(min(p, q))
+PI_MEASURED, PI_ANALYTIC = 1.84, 1.86  # the Pi experiment's quoted pair
+PI_TIMES_US = {"Pi 5": (33, 117), "Pi 4": (126, 657)}  # (greedy, sampled) per round
 
 
 @dataclasses.dataclass
@@ -84,6 +86,11 @@ def solve_constant_alpha(mean: float, k: int) -> float:
     return 0.5 * (lo + hi)
 
 
+def pi_pair(vocab: int, k: int, seed: int):
+    """The Pi experiment's target/draft pair at ``vocab`` x ``k`` (every alpha_i ~= 0.678), RNG seed ``seed``."""
+    return cf.family("pi-0.678", vocab, k, seed=seed)
+
+
 def time_greedy(sv, target: torch.Tensor, tokens: np.ndarray) -> float:
     """Median per-round time (us) of ``verify_greedy`` over the given draft-token rounds."""
     timed = TimedCalls(sv.verify_greedy)
@@ -92,9 +99,10 @@ def time_greedy(sv, target: torch.Tensor, tokens: np.ndarray) -> float:
     return timed.median_us()
 
 
-def seed_rounds(ctx: Context, vocab: int, k: int, rounds: int, title: str, seed: int):
-    """600-style run: one ``verify_sampled`` call per round, each timed; greedy timed on the same rounds."""
-    target, draft = cf.imperfect_pair(vocab, k, SEED_ACCEPTANCE, seed=seed)
+def pi_rounds(ctx: Context, vocab: int, k: int, rounds: int, title: str, seed: int):
+    """A run like the Pi experiment's: one ``verify_sampled`` call per round, each timed; greedy timed
+    on the same rounds. ``seed`` is the RNG seed of the pair."""
+    target, draft = pi_pair(vocab, k, seed)
     timed = TimedCalls(ctx.sv.verify_sampled)
     for _ in range(20):  # warm-up: page in the rows, settle the caches
         ctx.sv.verify_sampled(target, draft, torch.zeros(k, dtype=torch.int64) + int(draft[0].argmax()))
@@ -155,43 +163,43 @@ def large_run(ctx: Context, target, draft, title: str, seed: int) -> cf.Conforma
 
 
 def section_machine(ctx: Context) -> None:
-    banner("spec-verify demo: the seed's measurement, on this machine")
+    banner("spec-verify demo: the Pi experiment, on this machine")
     info = ctx.sv.build_info() if hasattr(ctx.sv, "build_info") else {"isa": "reference (unbuilt)"}
     print(f"machine: {platform.machine()}, {platform.processor() or platform.platform()}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); kernel: {info}")
 
 
-def section_seed_600(ctx: Context) -> None:
-    banner(f"1. The seed's run: K = 4, V = 32000, alpha = {SEED_ACCEPTANCE}, {ctx.args.rounds} rounds")
-    target, draft, result, greedy_us, sampled_us = seed_rounds(ctx, 32000, 4, ctx.args.rounds, "seed 600", seed=0)
+def section_pi_600(ctx: Context) -> None:
+    banner(f"1. The Pi experiment's run: K = 4, V = 32000, alpha = {PI_ACCEPTANCE}, {ctx.args.rounds} rounds")
+    target, draft, result, greedy_us, sampled_us = pi_rounds(ctx, 32000, 4, ctx.args.rounds, "Pi 600", seed=0)
     print_law_line(target, draft)
     print_histogram(result)
     print(f"\nPer-round time (median of {result.rounds}, one call per round, cache-warm, this machine):")
     print(f"  greedy  verify_greedy  : {greedy_us:8.1f} us   (same draft tokens; greedy stops at the first"
           " token that is not the target's argmax)")
     print(f"  sampled verify_sampled : {sampled_us:8.1f} us")
-    for board, (g, s) in SEED_TIMES_US.items():
-        print(f"  (seed, {board}: greedy {g} us, sampled {s} us)")
+    for board, (g, s) in PI_TIMES_US.items():
+        print(f"  (Pi experiment, {board}: greedy {g} us, sampled {s} us)")
     ctx.plots.append((f"K=4, V=32000, {result.rounds} rounds", result))
     ctx.summary["600"] = result
     ctx.summary["times_32000"] = (greedy_us, sampled_us)
 
 
-def section_seed_numbers(ctx: Context) -> None:
-    banner("2. Why the seed's pair of numbers cannot both hold")
-    k, a = 4, SEED_ACCEPTANCE
+def section_pi_numbers(ctx: Context) -> None:
+    banner("2. Why the Pi experiment's pair of numbers cannot both hold")
+    k, a = 4, PI_ACCEPTANCE
     mean = law.expected_accepted([a] * k)
     var = law.accepted_length_variance([a] * k)
     se600 = math.sqrt(var / 600)
     print(f"With a constant per-token acceptance alpha = {a} and K = {k}, the law gives")
     print(f"  E[n] = sum_(i=1..4) {a}^i = {' + '.join(f'{a**i:.4f}' for i in range(1, k + 1))} = {mean:.4f},")
-    print(f"not {SEED_ANALYTIC}. A constant alpha giving {SEED_ANALYTIC} at K = 4 would be "
-          f"{solve_constant_alpha(SEED_ANALYTIC, k):.4f}; "
-          f"{SEED_MEASURED} needs {solve_constant_alpha(SEED_MEASURED, k):.4f}.")
-    print(f"Other readings do not give {SEED_ANALYTIC} either: K = 5 gives {law.expected_accepted([a] * 5):.4f}, "
+    print(f"not {PI_ANALYTIC}. A constant alpha giving {PI_ANALYTIC} at K = 4 would be "
+          f"{solve_constant_alpha(PI_ANALYTIC, k):.4f}; "
+          f"{PI_MEASURED} needs {solve_constant_alpha(PI_MEASURED, k):.4f}.")
+    print(f"Other readings do not give {PI_ANALYTIC} either: K = 5 gives {law.expected_accepted([a] * 5):.4f}, "
           f"tokens emitted per round (n + 1) give {mean + 1:.4f}, the untruncated a/(1-a) gives {a / (1 - a):.4f}.")
     print(f"At 600 rounds the mean's standard error is sqrt(Var[n]/600) = sqrt({var:.4f}/600) = {se600:.4f},")
-    print(f"so a measured {SEED_MEASURED} sits {(SEED_MEASURED - mean) / se600:+.1f} standard errors from the law for "
+    print(f"so a measured {PI_MEASURED} sits {(PI_MEASURED - mean) / se600:+.1f} standard errors from the law for "
           f"alpha = {a}:\nthe quoted alpha, the quoted analytic value and the quoted measurement are not one "
           "consistent set.")
     result = ctx.summary.get("600")
@@ -202,15 +210,15 @@ def section_seed_numbers(ctx: Context) -> None:
 
 def section_large_32000(ctx: Context) -> None:
     banner(f"3. The sampling floor: K = 4, V = 32000, up to {ctx.args.large_rounds:,} rounds")
-    target, draft = cf.imperfect_pair(32000, 4, SEED_ACCEPTANCE, seed=0)
+    target, draft = pi_pair(32000, 4, seed=0)
     result = large_run(ctx, target, draft, "K=4, V=32000", seed=100)
     ctx.plots.append((f"K=4, V=32000, {result.rounds:,} rounds", result))
     ctx.summary["large_32000"] = result
 
 
 def section_published_row(ctx: Context) -> None:
-    banner(f"4. The published-row shape: K = 5, V = 128256, alpha = {SEED_ACCEPTANCE}")
-    target, draft, result, greedy_us, sampled_us = seed_rounds(ctx, 128256, 5, ctx.args.rounds, "K=5 600", seed=1)
+    banner(f"4. The published-row shape: K = 5, V = 128256, alpha = {PI_ACCEPTANCE}")
+    target, draft, result, greedy_us, sampled_us = pi_rounds(ctx, 128256, 5, ctx.args.rounds, "K=5 600", seed=1)
     print_law_line(target, draft)
     print_histogram(result)
     print(f"\nPer-round time (median): greedy {greedy_us:.1f} us, sampled {sampled_us:.1f} us")
@@ -282,8 +290,8 @@ def section_end_to_end(ctx: Context) -> None:
 # Append new sections here; each takes the Context.
 SECTIONS = [
     section_machine,
-    section_seed_600,
-    section_seed_numbers,
+    section_pi_600,
+    section_pi_numbers,
     section_large_32000,
     section_published_row,
     section_plot,
@@ -294,7 +302,7 @@ SECTIONS = [
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=600, help="rounds of the seed-style runs")
+    parser.add_argument("--rounds", type=int, default=600, help="rounds of the runs like the Pi experiment's")
     parser.add_argument("--large-rounds", type=int, default=1_000_000, help="cap of the large-N runs")
     parser.add_argument("--budget", type=float, default=75.0, help="seconds per large-N run")
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise significance level")

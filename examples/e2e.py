@@ -11,10 +11,13 @@ Library use (what ``make demo`` / ``make bench`` call)::
 
 The pair in ``models/`` is trained by ``examples/train_pair.py`` (recipe in
 ``models/README.md``). The plain baseline is a manual KV-cached loop over the
-same target (one forward of one token per new token, argmax or a seeded draw),
-so the speedup is not flattered by ``generate()``'s per-step overhead.
-Speculative decoding uses the kernel's ``SpeculativeDecoder`` with
-``hf_step_pair`` (KV caches cropped on rejection).
+same target (one forward of one token per new token, argmax or a seeded draw
+with the kernel's ``sample_draft``), so the speedup is not flattered by
+``generate()``'s per-step overhead. Speculative decoding uses the kernel's
+``SpeculativeDecoder`` with ``hf_step_pair`` (KV caches cropped on rejection):
+greedy runs verify with ``verify_greedy`` on the target's logits, sampled runs
+with ``verify_logits`` under the adapters' warping (the draft draws with
+``sample_draft`` under the same warping).
 
 Runtimes: the target -- in the baseline and in speculative decoding alike --
 runs on transformers' own ``LlamaForCausalLM`` forward, the reference for what
@@ -123,25 +126,29 @@ def torch_threads(n: int):
 
 
 @torch.no_grad()
-def plain_decode(model, prompt_ids: torch.Tensor, max_new: int, warp=None, generator=None) -> torch.Tensor:
+def plain_decode(model, prompt_ids: torch.Tensor, max_new: int, sample=None) -> torch.Tensor:
     """Prompt + ``max_new`` tokens, one cached forward per token.
 
-    ``warp`` None: greedy (argmax). Else a function logits -> probabilities,
-    sampled from with ``generator``.
+    ``sample`` None: greedy (argmax). Else a function from a float32 logits
+    row ``[V]`` to a token id (``sampler`` makes one).
     """
     out = model(prompt_ids.view(1, -1), use_cache=True)
     cache, logits = out.past_key_values, out.logits[0, -1]
     tokens = prompt_ids.tolist()
     for i in range(max_new):
-        if warp is None:
-            token = int(torch.argmax(logits))
-        else:
-            token = int(torch.multinomial(warp(logits.float()), 1, generator=generator))
+        token = int(torch.argmax(logits)) if sample is None else sample(logits.float())
         tokens.append(token)
         if i + 1 < max_new:  # the last token needs no forward
             out = model(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[0, -1]
     return torch.tensor(tokens, dtype=torch.int64)
+
+
+def sampler(sv, temperature: float, generator: torch.Generator):
+    """Plain sampling at ``temperature``: a logits row to a token drawn from its
+    warped distribution, by the kernel's ``sample_draft`` (the law speculative
+    sampling reproduces)."""
+    return lambda logits: int(sv.sample_draft(logits, temperature=temperature, generator=generator))
 
 
 def speculative_decode(sv, draft, target, prompt_ids, max_new, k, greedy, seed=SEED):
@@ -172,13 +179,12 @@ def compare(sv, draft, target, prompt_ids, max_new, k, greedy, repeats):
     speculative statistics (of the median-time repeat), median seconds and the
     speedup.
     """
-    warp = None if greedy else (lambda logits: sv.warp_logits(logits, TEMPERATURE))
     plain_s, spec_s, outputs = [], [], []
     # inference_mode for both sides alike: it trims autograd bookkeeping from
     # every forward (~0.1 ms of a 0.6 ms draft call).
     with torch.inference_mode():
         for _ in range(repeats):
-            _one_repeat(sv, draft, target, prompt_ids, max_new, k, greedy, warp, plain_s, spec_s, outputs)
+            _one_repeat(sv, draft, target, prompt_ids, max_new, k, greedy, plain_s, spec_s, outputs)
     plain, spec, _ = outputs[0]
     # Same tokens every repeat; the time split is taken from the median repeat.
     stats = outputs[sorted(range(repeats), key=spec_s.__getitem__)[repeats // 2]][2]
@@ -189,10 +195,10 @@ def compare(sv, draft, target, prompt_ids, max_new, k, greedy, repeats):
                 speedup=plain_med / spec_med, new=len(spec) - len(prompt_ids))
 
 
-def _one_repeat(sv, draft, target, prompt_ids, max_new, k, greedy, warp, plain_s, spec_s, outputs):
+def _one_repeat(sv, draft, target, prompt_ids, max_new, k, greedy, plain_s, spec_s, outputs):
     """One plain run then one speculative run, both seeded; appends to the lists."""
-    gen = torch.Generator().manual_seed(SEED + 100)
-    plain, seconds = timed(lambda: plain_decode(target, prompt_ids, max_new, warp, gen))
+    sample = None if greedy else sampler(sv, TEMPERATURE, torch.Generator().manual_seed(SEED + 100))
+    plain, seconds = timed(lambda: plain_decode(target, prompt_ids, max_new, sample))
     plain_s.append(seconds)
     (spec, stats), seconds = timed(
         lambda: speculative_decode(sv, draft, target, prompt_ids, max_new, k, greedy, seed=SEED)
@@ -209,12 +215,12 @@ def _one_repeat(sv, draft, target, prompt_ids, max_new, k, greedy, warp, plain_s
 def per_token_acceptance(stats) -> float:
     """Per-token acceptance α: accepted / (accepted + rejections).
 
-    Each judged draft token is either accepted or (at most once a round)
-    rejected, so this is the maximum-likelihood α of the i.i.d. model behind
+    Each judged draft token is either accepted or (at most once a round,
+    where a correction token is emitted) rejected, so this is the
+    maximum-likelihood α of the i.i.d. model behind
     E[tokens/round] = (1 - α^(k+1)) / (1 - α).
     """
-    rejections = sum(1 for drafted, accepted in stats.per_round if accepted < drafted)
-    judged = stats.accepted + rejections
+    judged = stats.accepted + stats.corrections
     return stats.accepted / judged if judged else 0.0
 
 
@@ -228,7 +234,8 @@ def stats_lines(stats, plain_s, spec_s, new) -> list[str]:
         f"   speedup {plain_s / spec_s:.2f}x",
         f"  acceptance rate {stats.acceptance_rate:.3f} (accepted {stats.accepted} of {stats.drafted} drafted; "
         f"per-token α {per_token_acceptance(stats):.3f}), "
-        f"{stats.tokens_per_round:.2f} tokens/round over {stats.rounds} rounds",
+        f"{stats.tokens_per_round:.2f} tokens/round over {stats.rounds} rounds "
+        f"({stats.corrections} ended by a correction token, {stats.bonuses} by a bonus token)",
         f"  accepted-length histogram  {hist}",
         f"  round time: draft {share(stats.draft_seconds):.1f}%, target {share(stats.target_seconds):.1f}%, "
         f"verification {share(stats.verify_seconds):.2f}% "
@@ -246,7 +253,8 @@ def demo_section(sv, repeats: int = 7, max_new: int = DEMO_MAX_NEW, k: int = DEM
 
     Greedy: the speculative text must equal plain greedy decoding (asserted).
     Sampled (temperature 0.8): seeded, so the printed text is reproducible;
-    its law is the target's own (the kernel's ``verify_sampled``).
+    its law is the target's own (the kernel's ``verify_logits``, under the
+    warping the draft sampled from).
     """
     tokenizer, hf_draft, target = load_pair()
     draft = lean(hf_draft)
@@ -460,7 +468,7 @@ def _bench_row(sv, draft, target, prompts, max_new, k, greedy, repeats, costs) -
         for key, value in dict(
             plain_s=run["plain_s"], spec_s=run["spec_s"], accepted=stats.accepted, drafted=stats.drafted,
             rounds=stats.rounds, new=stats.new_tokens,
-            rejections=sum(1 for d, a in stats.per_round if a < d),
+            rejections=stats.corrections,
             draft_s=stats.draft_seconds, target_s=stats.target_seconds,
             verify_s=stats.verify_seconds, total_s=stats.total_seconds,
         ).items():

@@ -7,6 +7,14 @@ What is shown, and against which independent oracle:
 * sampled speculative decoding over explicit probability tables matches the
   target's exact sequence law (enumerated) by chi-square, and two broken
   decoders fail the same test (negative controls);
+* the same law through the logits path (``warping=``: callbacks return
+  logits, the draft draws with ``sample_draft``, the decoder verifies with
+  ``verify_logits``), against the warped law computed here independently
+  (softmax, top-k, top-p in float64), also through ``hf_step_pair`` on toy
+  models; verifying under another warping than the draft's fails it;
+* the decoder takes the kind of rows from ``warping=`` or the callbacks'
+  ``warping`` attributes, and refuses a mix that would read logits as
+  probabilities, or disagreeing warpings, in sampled mode;
 * every malformed callback result or argument raises a clear error;
 * ``max_new`` / eos rules and the statistics' internal consistency, checked
   against what the callbacks observed;
@@ -23,8 +31,12 @@ import subprocess
 import sys
 import textwrap
 
+import pathlib
+
 import pytest
 import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # ============================================================================
 # Probability-table callbacks (tiny V: the sequence law can be enumerated)
@@ -85,15 +97,19 @@ class Tables:
 
     # -- independent oracles -------------------------------------------------
 
+    def law_row(self, prefix) -> torch.Tensor:
+        """The target distribution decoding must follow after ``prefix`` (float64, sums to 1)."""
+        # The callback hands over float32 rows; the op normalizes them.
+        row = self.target_row(prefix).float().double()
+        return row / row.sum()
+
     def sequence_law(self, prompt: list, length: int) -> dict:
         """Exact probability of every continuation of ``length`` tokens."""
         law = {}
         for seq in itertools.product(range(TABLE_V), repeat=length):
             prob, prefix = 1.0, list(prompt)
             for token in seq:
-                # The callback hands over float32 rows; the op normalizes them.
-                row = self.target_row(prefix).float().double()
-                prob *= float(row[token] / row.sum())
+                prob *= float(self.law_row(prefix)[token])
                 prefix.append(token)
             law[seq] = prob
         return law
@@ -106,6 +122,67 @@ class Tables:
             if seq[-1] == eos:
                 break
         return seq
+
+
+def warped_reference(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The warped distribution of one logits row, written out independently of the kernel.
+
+    float64 softmax at ``temperature``, then the ``top_k`` largest, then the
+    smallest head whose mass reaches ``top_p`` (transformers' processors;
+    the tables' rows have no ties, so tie rules do not matter here).
+    """
+    p = torch.softmax(logits.double() / temperature, -1)
+    if top_k:
+        p = torch.where(p >= torch.topk(p, top_k).values[-1], p, torch.zeros_like(p))
+        p = p / p.sum()
+    if top_p < 1.0:
+        order = torch.argsort(p, descending=True)
+        before = torch.cumsum(p[order], 0) - p[order]
+        keep = torch.zeros_like(p, dtype=torch.bool)
+        keep[order] = before < top_p
+        p = torch.where(keep, p, torch.zeros_like(p))
+    return p / p.sum()
+
+
+class LogitTables(Tables):
+    """The same tables as logits rows (log-probabilities, -inf at zero mass).
+
+    ``draft_step`` draws each token with ``sample_draft`` under
+    ``draw_warping`` and returns the logits rows; ``target_step`` returns raw
+    target logits. The law decoding must follow is the target's warped law
+    (``warped_reference``). The warping is deliberately not an attribute named
+    ``warping``: the decoder is told it with ``warping=``.
+    """
+
+    def __init__(self, sv, draw_warping: dict, **kwargs):
+        super().__init__(**kwargs)
+        self.sv, self.draw_warping = sv, draw_warping
+
+    def target_logits(self, prefix) -> torch.Tensor:
+        return self.target_row(prefix).float().log()
+
+    def draft_logits(self, prefix) -> torch.Tensor:
+        return self.draft_row(prefix).float().log()
+
+    def draft_step(self, prefix, k):
+        self.draft_requests.append(k)
+        seq, tokens, rows = prefix.tolist(), [], []
+        for _ in range(k):
+            row = self.draft_logits(seq)
+            tokens.append(int(self.sv.sample_draft(row, generator=self.draft_gen, **self.draw_warping)))
+            rows.append(row)
+            seq.append(tokens[-1])
+        return torch.tensor(tokens), torch.stack(rows)
+
+    def target_step(self, prefix, proposed):
+        self.target_calls.append(len(proposed))
+        seq = prefix.tolist() + proposed.tolist()
+        n = len(prefix)
+        return torch.stack([self.target_logits(seq[: n + i]) for i in range(len(proposed) + 1)])
+
+    def law_row(self, prefix) -> torch.Tensor:
+        w = self.draw_warping
+        return warped_reference(self.target_logits(prefix), w["temperature"], w.get("top_k", 0), w.get("top_p", 1.0))
 
 
 # ============================================================================
@@ -245,6 +322,184 @@ def test_zero_mass_target_tokens_are_never_emitted(sv):
         out = decoder.generate(torch.tensor([1]), max_new=6).tolist()
         for i in range(1, len(out)):
             assert float(tables.target_row(out[:i])[out[i]]) > 0.0, out
+
+
+# ============================================================================
+# The logits path: callbacks return logits, verify_logits decides
+# ============================================================================
+
+# (temperature, top_k, top_p): plain, a top-k cut (V = 3: one token dropped), a top-p cut.
+LOGITS_WARPINGS = [(1.0, 0, 1.0), (0.7, 2, 1.0), (1.3, 0, 0.8)]
+
+
+def _warping(temperature, top_k, top_p) -> dict:
+    return dict(temperature=temperature, top_k=top_k, top_p=top_p)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", LOGITS_WARPINGS)
+@pytest.mark.parametrize("k", [1, 2])
+def test_sampled_logits_sequences_follow_the_warped_target_law(sv, k, temperature, top_k, top_p):
+    warping = _warping(temperature, top_k, top_p)
+    tables = LogitTables(sv, warping)
+    decoder = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=k, greedy=False,
+                                    generator=torch.Generator().manual_seed(1234), warping=warping)
+    assert decoder.warping == sv.LogitsWarping(**warping)
+    pvalue, accepted, drafted = _sequence_pvalue(decoder, tables, PROMPT, LENGTH, SAMPLED_RUNS)
+    print(f"\nlogits k={k} {decoder.warping}: chi-square p = {pvalue:.4f}, acceptance {accepted}/{drafted}")
+    assert 0 < accepted < drafted
+    assert pvalue > ALPHA
+    assert decoder.stats.mode.startswith("sampled from logits")
+
+
+def test_negative_control_verifying_under_another_warping_fails(sv):
+    # The draft draws at temperature 0.7 with top-k 2; the decoder is told
+    # temperature 1.0, no cut: verify_logits then warps both sides by the
+    # wrong rule, and the output no longer follows the warped target law.
+    tables = LogitTables(sv, _warping(0.7, 2, 1.0))
+    decoder = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=2, greedy=False,
+                                    generator=torch.Generator().manual_seed(1234), warping=dict(temperature=1.0))
+    pvalue, _, _ = _sequence_pvalue(decoder, tables, PROMPT, LENGTH, SAMPLED_RUNS)
+    print(f"\nnegative control, another warping: chi-square p = {pvalue:.2e} (must be < {ALPHA})")
+    assert pvalue < ALPHA
+
+
+class ToyLM:
+    """A duck-typed causal LM over a table: logits = log of the table's row after
+    the whole history, so a stale KV cache would change them."""
+
+    class Cache:
+        def __init__(self):
+            self.tokens = []
+
+        def crop(self, n):
+            assert n < 0, n
+            del self.tokens[n:]
+
+        def get_seq_length(self):
+            return len(self.tokens)
+
+    def __init__(self, row_logits):
+        self.row_logits = row_logits
+
+    def __call__(self, input_ids, past_key_values=None, use_cache=True):
+        import types
+
+        cache = past_key_values if past_key_values is not None else ToyLM.Cache()
+        start = len(cache.tokens)
+        cache.tokens += input_ids[0].tolist()
+        rows = [self.row_logits(cache.tokens[: start + j + 1]) for j in range(input_ids.shape[1])]
+        return types.SimpleNamespace(logits=torch.stack(rows)[None], past_key_values=cache)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", LOGITS_WARPINGS[1:])
+def test_hf_step_pair_sampled_follows_the_warped_target_law(sv, temperature, top_k, top_p):
+    # The README form: hf_step_pair(...) then SpeculativeDecoder(..., greedy=False),
+    # with no warping passed to the decoder: it reads the adapters' own.
+    warping = _warping(temperature, top_k, top_p)
+    tables = LogitTables(sv, warping)
+    draft_step, target_step = sv.hf_step_pair(
+        ToyLM(tables.draft_logits), ToyLM(tables.target_logits), generator=torch.Generator().manual_seed(5),
+        **warping,
+    )
+    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=2, greedy=False,
+                                    generator=torch.Generator().manual_seed(6))
+    assert decoder.warping == sv.LogitsWarping(**warping)
+    pvalue, accepted, drafted = _sequence_pvalue(decoder, tables, PROMPT, LENGTH, SAMPLED_RUNS)
+    print(f"\nhf_step_pair {decoder.warping}: chi-square p = {pvalue:.4f}, acceptance {accepted}/{drafted}")
+    assert 0 < accepted < drafted
+    assert pvalue > ALPHA
+    assert target_step.__self__.cache_rebuilds == 0
+
+
+# -- which rows: declared by warping= or carried by the callbacks ----------------
+
+
+def _logits_pair(draft_warping=None, target_warping=None, v=TABLE_V):
+    """Callbacks returning uniform logits rows, carrying the given warpings as attributes."""
+
+    def draft_step(prefix, k):
+        return torch.zeros(k, dtype=torch.int64), torch.zeros(k, v)
+
+    def target_step(prefix, proposed):
+        return torch.zeros(len(proposed) + 1, v)
+
+    draft_step.warping, target_step.warping = draft_warping, target_warping
+    return draft_step, target_step
+
+
+def test_carried_warpings_are_read_and_must_agree(sv):
+    w8, w9 = sv.LogitsWarping(0.8), sv.LogitsWarping(0.9)
+    decoder = sv.SpeculativeDecoder(*_logits_pair(w8, sv.LogitsWarping(temperature=0.8)), k=2, greedy=False)
+    assert decoder.warping == w8
+    assert len(decoder.generate(torch.tensor([0]), max_new=5)) == 6
+    assert "sampled from logits (temperature 0.8)" in str(decoder.stats)
+    with pytest.raises(ValueError, match=r"draft_step carries the warping \(temperature 0.8\) and target_step "
+                                         r"\(temperature 0.9\)"):
+        sv.SpeculativeDecoder(*_logits_pair(w8, w9), greedy=False)
+    with pytest.raises(ValueError, match=r"target_step carries the warping \(temperature 0.9\), but "
+                                         r"warping=\(temperature 0.8\)"):
+        sv.SpeculativeDecoder(*_logits_pair(None, w9), greedy=False, warping=w8)
+    # Declared for both, carried by one: agree, fine.
+    assert sv.SpeculativeDecoder(*_logits_pair(w8, None), greedy=False, warping=dict(temperature=0.8)).warping == w8
+    # Greedy reads only the target's argmax: the warpings are not compared.
+    assert sv.SpeculativeDecoder(*_logits_pair(w8, w9), greedy=True).warping == w9
+
+
+def test_logits_are_never_read_as_probabilities(sv):
+    # An adapter's draft (logits rows) with a probability-row target: refused
+    # at construction in sampled mode, whichever side carries the warping.
+    w = sv.LogitsWarping(0.8, top_p=0.95)
+    probs_draft, probs_target = _good_pair()
+    for draft_step, target_step, has, lacks in [
+        (_logits_pair(w)[0], probs_target, "draft_step", "target_step"),
+        (probs_draft, _logits_pair(None, w)[1], "target_step", "draft_step"),
+    ]:
+        with pytest.raises(ValueError, match=rf"{has} returns logits rows \(it carries the warping "
+                                             rf"\(temperature 0.8, top-p 0.95\)\), but {lacks} carries none"):
+            sv.SpeculativeDecoder(draft_step, target_step, k=2, greedy=False)
+        assert sv.SpeculativeDecoder(draft_step, target_step, greedy=True).warping == w
+
+
+def test_bad_warpings_are_named(sv):
+    draft_step, target_step = _good_pair()
+    with pytest.raises(ValueError, match=r"top_p must lie in \(0, 1\]"):
+        sv.SpeculativeDecoder(draft_step, target_step, greedy=False, warping=dict(top_p=0.0))
+    with pytest.raises(ValueError, match=r"min_p must lie in \[0, 1\)"):
+        sv.LogitsWarping(min_p=1.0)
+    with pytest.raises(TypeError, match=r"warping got unknown keys \['top_q'\]"):
+        sv.SpeculativeDecoder(draft_step, target_step, warping=dict(top_q=0.9))
+    with pytest.raises(TypeError, match=r"warping must be None, a LogitsWarping or a dict"):
+        sv.SpeculativeDecoder(draft_step, target_step, warping=0.8)
+    draft_step.warping = 0.8
+    with pytest.raises(TypeError, match=r"draft_step.warping must be a LogitsWarping"):
+        sv.SpeculativeDecoder(draft_step, target_step)
+
+
+def test_bad_logits_draft_results_are_named(sv):
+    w = dict(temperature=1.0, top_k=1)  # top-k 1: only the argmax is in the warped support
+    _, target_step = _good_pair()
+    none_rows = lambda prefix, k: (torch.zeros(k, dtype=torch.int64), None)  # noqa: E731
+    decoder = sv.SpeculativeDecoder(none_rows, target_step, k=2, greedy=False, warping=w)
+    with pytest.raises(ValueError, match=r"draft_step\(prefix, k=2\) returned logits=None, but sampled "
+                                         r"verification \(greedy=False\) needs the logits \[k, V\]"):
+        decoder.generate(torch.tensor([0]), max_new=5)
+    outside = lambda prefix, k: (torch.ones(k, dtype=torch.int64), torch.tensor([[2.0, 1.0, 0.0]] * k))  # noqa: E731
+    decoder = sv.SpeculativeDecoder(outside, target_step, k=2, greedy=False, warping=w)
+    with pytest.raises(ValueError, match=r"verification of round 0 .*draft_logits.*outside the support of "
+                                         r"the warped draft distribution"):
+        decoder.generate(torch.tensor([0]), max_new=5)
+
+
+def test_sampling_at_temperature_0_is_greedy(sv):
+    # A warping of temperature 0 is greedy (as verify_logits): the decoder
+    # verifies with verify_greedy, and the draft's rows may be None.
+    tables = Tables()
+    perfect_draft = lambda prefix, k: (torch.tensor(tables.greedy_chain(prefix.tolist(), k)[len(prefix):]), None)  # noqa: E731
+    logits_target = lambda prefix, proposed: tables.target_step(prefix, proposed).log()  # noqa: E731
+    decoder = sv.SpeculativeDecoder(perfect_draft, logits_target, k=3, greedy=False, warping=dict(temperature=0))
+    out = decoder.generate(torch.tensor([0]), max_new=10)
+    assert out.tolist() == tables.greedy_chain([0], 10)
+    assert decoder.stats.accepted == decoder.stats.drafted > 0
 
 
 # ============================================================================
@@ -512,6 +767,7 @@ HF_PROMPTS = [[5, 17, 3], [1], [40, 41, 42, 43, 44, 45]]
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.transformers
 def test_hf_greedy_equals_target_generate(sv, hf_pair, k):
     draft, target = hf_pair
     totals = sv.DecodeStats(k=k, greedy=True)
@@ -527,6 +783,7 @@ def test_hf_greedy_equals_target_generate(sv, hf_pair, k):
     assert 0 < totals.accepted < totals.drafted
 
 
+@pytest.mark.transformers
 def test_hf_greedy_run_statistics(sv, hf_pair):
     draft, target = hf_pair
     draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
@@ -569,6 +826,7 @@ def _expected_forward_lengths(per_round, prompt_len):
 
 
 @pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.transformers
 def test_hf_kv_cache_costs_k_draft_and_one_target_forward(sv, hf_pair, k):
     draft, target = hf_pair
     draft_lengths = _count_forward_lengths(draft)
@@ -590,6 +848,7 @@ def test_hf_kv_cache_costs_k_draft_and_one_target_forward(sv, hf_pair, k):
     assert draft_step.__self__.cache_rebuilds == 0 and target_step.__self__.cache_rebuilds == 0
 
 
+@pytest.mark.transformers
 def test_hf_negative_control_adapter_without_rollback_diverges(sv, hf_pair):
     class ForgetsToCrop(sv.HFCausalLMStep):
         """Broken: believes it cropped, but leaves the stale K/V in the cache."""
@@ -608,6 +867,7 @@ def test_hf_negative_control_adapter_without_rollback_diverges(sv, hf_pair):
     assert out.tolist() != _target_greedy(target, prompt, 30)
 
 
+@pytest.mark.transformers
 def test_hf_sampled_with_top_k_1_is_greedy(sv, hf_pair):
     # top_k=1 makes every warped row one-hot at the argmax, so sampled
     # speculative decoding must reproduce greedy decoding exactly.
@@ -621,6 +881,7 @@ def test_hf_sampled_with_top_k_1_is_greedy(sv, hf_pair):
     assert 0 < decoder.stats.accepted < decoder.stats.drafted
 
 
+@pytest.mark.transformers
 def test_hf_sampled_is_reproducible_and_uses_warped_support(sv, hf_pair):
     draft, target = hf_pair
     runs = []
@@ -639,29 +900,41 @@ def test_hf_sampled_is_reproducible_and_uses_warped_support(sv, hf_pair):
         assert out[i] in torch.topk(logits, 5).indices.tolist()
 
 
-def test_warp_logits_matches_transformers_processors(sv):
-    pytest.importorskip("transformers")  # absent in the aarch64 emulated run
-    from transformers.generation.logits_process import (
-        TemperatureLogitsWarper,
-        TopKLogitsWarper,
-        TopPLogitsWarper,
-    )
+@pytest.mark.transformers
+def test_hf_adapter_rows_are_logits_and_draft_draws_with_sample_draft(sv, hf_pair):
+    # Oracle: the models' own forward over the whole sequence, and
+    # sample_draft replayed on the returned rows with the same generator seed.
+    draft, target = hf_pair
+    warping = dict(temperature=0.9, top_k=7, top_p=0.9, min_p=0.05)
+    draft_step, target_step = sv.hf_step_pair(draft, target, generator=torch.Generator().manual_seed(3), **warping)
+    assert draft_step.__self__.warping == target_step.__self__.warping == sv.LogitsWarping(**warping)
+    assert draft_step.__self__.min_p == 0.05
+    prompt = torch.tensor([5, 17, 3])
+    tokens, rows = draft_step(prompt, 4)
+    seq = torch.cat([prompt, tokens]).view(1, -1)
+    with torch.no_grad():
+        draft_logits = draft(seq).logits[0, len(prompt) - 1 : -1]
+        target_logits = target(seq).logits[0, len(prompt) - 1 :]
+    assert rows.dtype == torch.float32 and rows.shape == (4, HF_V)
+    torch.testing.assert_close(rows, draft_logits, rtol=0, atol=1e-4)
+    replay = torch.Generator().manual_seed(3)
+    assert tokens.tolist() == [int(sv.sample_draft(rows[i], generator=replay, **warping)) for i in range(4)]
+    torch.testing.assert_close(target_step(prompt, tokens), target_logits, rtol=0, atol=1e-4)
 
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(6, 50, generator=g)  # continuous: no ties
-    cases = [(1.0, 0, 1.0), (0.7, 10, 1.0), (1.3, 0, 0.8), (1.0, 20, 0.5), (2.0, 12, 0.7), (0.8, 1, 0.9)]
-    for temperature, top_k, top_p in cases:
-        scores = TemperatureLogitsWarper(temperature)(None, logits)
-        if top_k:
-            scores = TopKLogitsWarper(top_k)(None, scores)
-        if top_p < 1.0:
-            scores = TopPLogitsWarper(top_p)(None, scores)
-        expected = scores.softmax(-1)
-        actual = sv.warp_logits(logits, temperature, top_k, top_p)
-        torch.testing.assert_close(actual, expected)
-        assert torch.equal(actual > 0, expected > 0)
+
+@pytest.mark.transformers
+def test_hf_sampled_at_temperature_0_is_greedy(sv, hf_pair):
+    # hf_step_pair(temperature=0) with greedy=False: sampling at temperature 0
+    # is greedy decoding, token for token.
+    draft, target = hf_pair
+    draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
+    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=3, greedy=False)
+    out = decoder.generate(torch.tensor([5, 17, 3]), max_new=20)
+    assert out.tolist() == _target_greedy(target, [5, 17, 3], 20)
+    assert 0 < decoder.stats.accepted < decoder.stats.drafted
 
 
+@pytest.mark.transformers
 def test_hf_sliding_window_cache_falls_back_to_rebuilding(sv):
     pytest.importorskip("transformers")  # absent in the aarch64 emulated run
     # transformers' sliding-window layers refuse to crop once past their
@@ -690,6 +963,7 @@ def test_hf_sliding_window_cache_falls_back_to_rebuilding(sv):
     assert target_step.__self__.cache_rebuilds > 0  # the fallback really ran
 
 
+@pytest.mark.transformers
 def test_hf_adapter_argument_checks(sv, hf_pair):
     draft, _ = hf_pair
     with pytest.raises(ValueError, match="temperature"):
@@ -708,41 +982,28 @@ def test_hf_adapter_argument_checks(sv, hf_pair):
 
 _DUCK_SCRIPT = textwrap.dedent(
     """
-    import importlib.util, sys, types
+    import importlib.util, sys
     import torch
     sys.modules["transformers"] = None  # any `import transformers` now fails
 
-    package_dir, name = sys.argv[1], sys.argv[2]
+    package_dir, name, repo = sys.argv[1], sys.argv[2], sys.argv[3]
     spec = importlib.util.spec_from_file_location(
         name, package_dir + "/__init__.py", submodule_search_locations=[package_dir])
     sv = importlib.util.module_from_spec(spec)
     sys.modules[name] = sv
     spec.loader.exec_module(sv)
+    sys.path.insert(0, repo)
+    from tests.test_decoder import ToyLM  # imports no transformers either
 
     V = 11
     weights = torch.randn(V, V, generator=torch.Generator().manual_seed(0))
-
-    class ToyCache:
-        '''Holds the tokens it has seen; crop(-n) forgets the last n.'''
-        def __init__(self):
-            self.tokens = []
-        def crop(self, n):
-            assert n < 0, n
-            del self.tokens[n:]
-        def get_seq_length(self):
-            return len(self.tokens)
 
     def logits_after(tokens):
         # Depends on the whole history: a stale cache changes the result.
         return weights[tokens[-1]] + 0.7 * weights[sum(tokens) % V]
 
-    class ToyLM(torch.nn.Module):
-        def forward(self, input_ids, past_key_values=None, use_cache=True):
-            cache = past_key_values if past_key_values is not None else ToyCache()
-            start = len(cache.tokens)
-            cache.tokens += input_ids[0].tolist()
-            rows = [logits_after(cache.tokens[: start + j + 1]) for j in range(input_ids.shape[1])]
-            return types.SimpleNamespace(logits=torch.stack(rows)[None], past_key_values=cache)
+    def noisy_logits_after(tokens):   # a draft that agrees only partly
+        return logits_after(tokens) + 2.0 * torch.sin(torch.arange(V) * 1.3 + len(tokens))
 
     def plain_greedy(prompt, n):
         seq = list(prompt)
@@ -750,22 +1011,24 @@ _DUCK_SCRIPT = textwrap.dedent(
             seq.append(int(torch.argmax(logits_after(seq))))
         return seq
 
-    class NoisyLM(ToyLM):   # a draft that agrees only partly
-        def forward(self, input_ids, past_key_values=None, use_cache=True):
-            out = super().forward(input_ids, past_key_values, use_cache)
-            out.logits = out.logits + 2.0 * torch.sin(torch.arange(V) * 1.3 + out.logits.shape[1])
-            return out
-
-    draft_step, target_step = sv.hf_step_pair(NoisyLM(), ToyLM(), temperature=0)
+    draft_step, target_step = sv.hf_step_pair(ToyLM(noisy_logits_after), ToyLM(logits_after), temperature=0)
     dec = sv.SpeculativeDecoder(draft_step, target_step, k=3)
     out = dec.generate(torch.tensor([1, 2]), max_new=40).tolist()
     assert out == plain_greedy([1, 2], 40), (out, plain_greedy([1, 2], 40))
     assert 0 < dec.stats.accepted < dec.stats.drafted, dec.stats
     assert target_step.__self__.cache_rebuilds == 0
 
+    # Sampled, the README form: the decoder reads the adapters' warping.
+    gen = torch.Generator().manual_seed(0)
+    pair = sv.hf_step_pair(ToyLM(noisy_logits_after), ToyLM(logits_after), temperature=0.8, top_p=0.95,
+                           generator=gen)
+    sampled = sv.SpeculativeDecoder(*pair, k=3, greedy=False, generator=gen)
+    assert sampled.warping == sv.LogitsWarping(0.8, top_p=0.95)
+    assert len(sampled.generate(torch.tensor([1, 2]), 30)) == 32
+
     # A cache without crop: the adapter must rebuild it, and stay exact.
-    ToyCache.crop = property(lambda self: None)
-    draft_step, target_step = sv.hf_step_pair(NoisyLM(), ToyLM(), temperature=0)
+    ToyLM.Cache.crop = property(lambda self: None)
+    draft_step, target_step = sv.hf_step_pair(ToyLM(noisy_logits_after), ToyLM(logits_after), temperature=0)
     out = sv.SpeculativeDecoder(draft_step, target_step, k=3).generate(torch.tensor([1, 2]), 25)
     assert out.tolist() == plain_greedy([1, 2], 25)
     assert target_step.__self__.cache_rebuilds > 0
@@ -778,7 +1041,7 @@ _DUCK_SCRIPT = textwrap.dedent(
 def test_adapter_is_duck_typed_without_transformers(sv):
     package_dir = os.path.dirname(sv.__file__)
     result = subprocess.run(
-        [sys.executable, "-c", _DUCK_SCRIPT, package_dir, sv.__name__ + "_duck"],
+        [sys.executable, "-c", _DUCK_SCRIPT, package_dir, sv.__name__ + "_duck", str(REPO)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -49,6 +49,7 @@ def _lean_logits_as_decoding_runs_it(lean: LeanLlama, ids: torch.Tensor) -> torc
     return torch.cat(rows, dim=1)
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("name", ["draft", "target"])
 def test_logits_match_transformers(pair, name):
     _, draft, target = pair
@@ -63,6 +64,7 @@ def test_logits_match_transformers(pair, name):
     assert torch.equal(got.argmax(-1), expected.argmax(-1))
 
 
+@pytest.mark.transformers
 def test_disturbed_rotary_fails_the_comparison(pair):
     # Negative control: positions off by one in the rotary tables.
     _, draft, _ = pair
@@ -74,6 +76,7 @@ def test_disturbed_rotary_fails_the_comparison(pair):
     assert diff > 100 * ATOL, f"a disturbed rotary table stayed within {diff:.3g}"
 
 
+@pytest.mark.transformers
 def test_grouped_query_attention_matches_transformers():
     # The shipped models have as many kv heads as heads; the GQA branch is
     # checked on a small random model with 4 heads sharing 2 kv heads.
@@ -89,6 +92,7 @@ def test_grouped_query_attention_matches_transformers():
     assert diff < ATOL, diff
 
 
+@pytest.mark.transformers
 def test_drives_speculative_greedy_to_the_plain_text(sv, pair):
     # The draft runtime the demo uses, through the kernel's decoder: the text
     # is the target's plain greedy text, and the draft is accepted.
@@ -105,6 +109,7 @@ def test_drives_speculative_greedy_to_the_plain_text(sv, pair):
 # ============================================================================
 
 
+@pytest.mark.transformers
 def test_batch_of_two_is_refused(pair):
     lean = LeanLlama(pair[1])
     with pytest.raises(ValueError, match=r"input_ids must be \[1, T\] \(batch size 1\)"):
@@ -113,6 +118,7 @@ def test_batch_of_two_is_refused(pair):
         lean(_tokens(8)[0])
 
 
+@pytest.mark.transformers
 def test_positions_beyond_the_table_are_refused(pair):
     lean = LeanLlama(pair[1])
     cache = lean(_tokens(lean.max_len - 2)).past_key_values
@@ -121,6 +127,7 @@ def test_positions_beyond_the_table_are_refused(pair):
     assert cache.get_seq_length() == lean.max_len - 2  # the refused call changed nothing
 
 
+@pytest.mark.transformers
 def test_foreign_cache_is_refused(pair):
     from transformers import DynamicCache
 
@@ -140,6 +147,7 @@ def test_crop_outside_the_cache_is_refused(n):
     assert cache.get_seq_length() == 1
 
 
+@pytest.mark.transformers
 def test_non_llama_model_is_refused():
     from transformers import GPT2Config, GPT2LMHeadModel
 

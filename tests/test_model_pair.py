@@ -70,6 +70,7 @@ def test_weights_are_bf16_safetensors(name):
     assert dtypes == {"BF16"}, f"{name}: dtypes on disk {dtypes}"
 
 
+@pytest.mark.transformers
 def test_sizes_and_shared_vocabulary(pair):
     tokenizer, draft, target = pair
     assert len(tokenizer) == VOCAB
@@ -81,6 +82,7 @@ def test_sizes_and_shared_vocabulary(pair):
     assert target.config.num_hidden_layers >= 4 * draft.config.num_hidden_layers
 
 
+@pytest.mark.transformers
 def test_logits_shape(pair):
     _, draft, target = pair
     ids = torch.arange(1, 12).view(1, -1)
@@ -89,6 +91,7 @@ def test_logits_shape(pair):
             assert model(ids).logits.shape == (1, 11, VOCAB)
 
 
+@pytest.mark.transformers
 def test_training_log_matches_the_files(pair):
     _, draft, target = pair
     log = json.loads((MODELS / "training_log.json").read_text())
@@ -112,6 +115,7 @@ def test_training_log_matches_the_files(pair):
         "<|endoftext|> is special",
     ],
 )
+@pytest.mark.transformers
 def test_tokenizer_round_trip(pair, text):
     tokenizer, _, _ = pair
     ids = tokenizer(text).input_ids
@@ -119,6 +123,7 @@ def test_tokenizer_round_trip(pair, text):
     assert tokenizer.decode(ids) == text
 
 
+@pytest.mark.transformers
 def test_tokenizer_round_trips_a_stdlib_file(pair):
     import textwrap as module  # any stdlib file: real source, long lines, docstrings
 
@@ -143,6 +148,7 @@ def _validation_windows(tokenizer) -> torch.Tensor:
     return train_pair.val_windows(stream)
 
 
+@pytest.mark.transformers
 def test_validation_loss_is_the_logged_one(pair):
     # Rebuilds the held-out windows by the recipe and scores both shipped
     # models: the files are the logged ones, the target beats the draft, and
@@ -171,6 +177,7 @@ def _ids(tokenizer, text):
     return tokenizer(text, return_tensors="pt").input_ids[0]
 
 
+@pytest.mark.transformers
 def test_plain_baseline_equals_transformers_generate(pair):
     tokenizer, _, target = pair
     prompt = _ids(tokenizer, PROMPTS[0])
@@ -196,12 +203,14 @@ def _greedy_acceptance(sv, tokenizer, draft, target) -> float:
     return rate
 
 
+@pytest.mark.transformers
 def test_speculative_greedy_equals_plain_and_draft_is_accepted(sv, pair):
     tokenizer, draft, target = pair
     rate = _greedy_acceptance(sv, tokenizer, draft, target)
     assert rate >= ACCEPTANCE_FLOOR, f"greedy acceptance {rate:.3f} < floor {ACCEPTANCE_FLOOR}"
 
 
+@pytest.mark.transformers
 def test_random_draft_falls_below_the_floor(sv, pair):
     # Negative control: same shape, untrained. Greedy output must still be the
     # target's (correctness never depends on the draft), but acceptance fails.
@@ -214,6 +223,7 @@ def test_random_draft_falls_below_the_floor(sv, pair):
     assert rate < ACCEPTANCE_FLOOR, f"a random draft reached acceptance {rate:.3f}"
 
 
+@pytest.mark.transformers
 def test_sampled_run_is_reproducible(sv, pair):
     tokenizer, draft, target = pair
     prompt = _ids(tokenizer, PROMPTS[1])

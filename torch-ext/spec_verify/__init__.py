@@ -28,8 +28,8 @@ from __future__ import annotations
 from . import _fake  # noqa: F401  (registers the fake implementations)
 from . import law, reference, warping
 from ._ops import ops
-from .decoder import DecodeStats, SpeculativeDecoder
-from .hf_adapter import HFCausalLMStep, hf_step_pair, warp_logits
+from .decoder import DecodeStats, LogitsWarping, SpeculativeDecoder
+from .hf_adapter import HFCausalLMStep, hf_step_pair
 from .law import (
     acceptance_rates,
     accepted_length_pmf,
@@ -62,9 +62,9 @@ __all__ = [
     # The decode loop
     "SpeculativeDecoder",
     "DecodeStats",
+    "LogitsWarping",
     "HFCausalLMStep",
     "hf_step_pair",
-    "warp_logits",
     # Introspection, the raw ops, the reference path
     "build_info",
     "ops",

@@ -1,21 +1,74 @@
 """The draft / verify loop of speculative decoding over any pair of callbacks.
 
-One round, in the style of gpt-fast's ``generate.py``, is four small phases:
+Glossary (DESIGN.md's; the same words in every docstring here and in ``DecodeStats``)
+------------------------------------------------------------------------------------
+A round drafts K tokens; verification keeps a prefix of them, the *accepted*
+draft tokens, and emits one token more:
 
-1. **draft**  -- ``draft_step(prefix, k)`` proposes ``k`` tokens (and, when
-   sampling, the draft distribution each was drawn from);
-2. **target** -- ``target_step(prefix, proposed)`` scores all of them in one
+* the *correction* token, at the first rejection -- greedy: the target's
+  argmax at that position; sampled: a draw from the residual
+  ``norm(max(0, p - q))`` there;
+* the *bonus* token, when all K draft tokens are accepted -- the target's
+  argmax (greedy) or a draw from ``p_K`` (sampled) at position K.
+
+Sampled verification spends K+1 float64 *uniforms* per round: ``u_i`` decides
+draft token ``i`` (accepted iff ``u_i * q_i(t_i) < p_i(t_i)``) and ``u_K``
+drives the draw of the correction or bonus token. A round thus emits
+``accepted + 1`` tokens.
+
+A round, in the style of gpt-fast's ``generate.py``: one small method per phase
+------------------------------------------------------------------------------
+1. ``_draft``  -- ``draft_step(prefix, k)`` proposes ``k`` tokens and the rows
+   they were drawn from;
+2. ``_target`` -- ``target_step(prefix, proposed)`` scores all of them in one
    ``[k+1, V]`` call;
-3. **verify** -- ``verify_greedy`` / ``verify_sampled`` (this package's ops)
-   decide how many to keep and which token comes next;
-4. **commit** -- the accepted tokens and the correction (or bonus) token are
-   appended, truncated at ``max_new`` and at the end-of-sequence id.
+3. ``_verify`` -- one op of this package decides the accepted draft tokens and
+   the correction or bonus token;
+4. ``_commit`` -- they are appended, truncated at ``max_new`` and at the
+   end-of-sequence id.
+
+Rows: probabilities, or logits under a declared warping
+-------------------------------------------------------
+The callbacks return either
+
+* **probability rows** (``warping=None``, the default and the original API):
+  ``draft_step`` gives the distribution each draft token was sampled from,
+  ``target_step`` the target's, warped identically by the caller; verified by
+  ``verify_greedy`` / ``verify_sampled``;
+* **logits rows** under a ``LogitsWarping`` (temperature, top-k, top-p,
+  min-p): both return raw logits, the draft tokens were drawn with
+  ``sample_draft`` under that warping, and the decoder verifies with
+  ``verify_logits`` under the same warping. The op warps the target and the
+  draft rows identically, inside, so no full-vocabulary probability row is
+  written in Python and read back, and the draft cannot be verified against a
+  distribution it did not sample from.
+
+Greedy verification reads only the argmax of each target row, which is the
+same for logits and probabilities: ``verify_greedy`` serves both kinds. A
+warping of temperature 0 is greedy too (as in ``verify_logits``).
+
+Design decision: the kind of rows is *declared*, never guessed. Both kinds are
+float ``[rows, V]`` tensors (logits may all be non-negative), and reading
+logits as probabilities is silently wrong: the draws would follow another law.
+The declaration is ``warping=``, or the callbacks themselves: a callback that
+returns logits carries its ``LogitsWarping`` as a ``warping`` attribute (of
+the function, or, for a bound method, of its object). ``HFCausalLMStep`` does,
+so ``SpeculativeDecoder(*hf_step_pair(draft, target, temperature=0.8,
+top_p=0.95), k=4, greedy=False)`` verifies with ``verify_logits`` under the
+adapters' warping with nothing more to pass. In sampled mode the draft's and
+the target's warpings, and ``warping=`` when given, must agree, and a callback
+carrying a warping is never paired with one whose rows would be read as
+probabilities: any mismatch raises ``ValueError`` at construction. Greedy
+mode compares nothing: it reads only target argmaxes, whatever the rows. (An
+attribute rather than a return value: the callbacks keep the original
+``(tokens, rows)`` / ``rows`` signatures, and the check runs once, before the
+first round.)
 
 The callbacks are plain functions, so any models compose (Hugging Face models
 through ``hf_adapter.HFCausalLMStep``, GGUF models through the companion
-kernels, or explicit probability tables in tests). The full prefix is passed
-on every call, so a callback holding a KV cache can roll it back to
-``len(prefix)`` after a rejection.
+kernels, or explicit tables in tests). The full prefix is passed on every
+call, so a callback holding a KV cache can roll it back to ``len(prefix)``
+after a rejection.
 
 Only the Python standard library and torch are imported here: this module is
 part of the kernel package that ``kernels`` loads.
@@ -25,18 +78,142 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 import torch
 
+from .logits import verify_logits
 from .verify import verify_greedy, verify_sampled
+from .warping import check_warp
 
-__all__ = ["SpeculativeDecoder", "DecodeStats"]
+__all__ = ["SpeculativeDecoder", "DecodeStats", "LogitsWarping"]
 
 DraftStep = Callable[[torch.Tensor, int], "tuple[torch.Tensor, Optional[torch.Tensor]]"]
 TargetStep = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-_PROB_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------
+# The warping of logits rows
+# ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogitsWarping:
+    """The warping that turns a row of logits into the distribution sampled from.
+
+    Temperature, then top-k, then top-p, then min-p (the order of
+    transformers' logits processors), exactly as ``sample_draft``,
+    ``verify_logits`` and ``warp_probs`` apply it; ``warping.py`` defines it.
+    Checked at construction with the kernel's own rules (``ValueError``
+    naming the argument).
+
+    Parameters
+    ----------
+    temperature : float, default 1.0
+        ``>= 0`` and finite; ``0`` is greedy (the point mass on the argmax).
+    top_k : int, default 0
+        ``>= 0``; 0 = off.
+    top_p : float, default 1.0
+        In ``(0, 1]``; 1 = off.
+    min_p : float, default 0.0
+        In ``[0, 1)``; 0 = off.
+
+    Examples
+    --------
+    >>> w = LogitsWarping(temperature=0.8, top_p=0.95)
+    >>> w.kwargs()
+    {'temperature': 0.8, 'top_k': 0, 'top_p': 0.95, 'min_p': 0.0}
+    >>> str(w), w.greedy
+    ('temperature 0.8, top-p 0.95', False)
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_warp(self.temperature, self.top_k, self.top_p, self.min_p)
+        # Normalized, so that equal warpings compare equal (1 == 1.0 already;
+        # this also makes repr and kwargs plain Python numbers).
+        for name, cast in (("temperature", float), ("top_k", int), ("top_p", float), ("min_p", float)):
+            object.__setattr__(self, name, cast(getattr(self, name)))
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: every warped row is the point mass on its argmax."""
+        return self.temperature == 0.0
+
+    def kwargs(self) -> dict:
+        """The keyword arguments of ``sample_draft`` / ``verify_logits`` / ``warp_probs``."""
+        return dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
+
+    def __str__(self) -> str:
+        if self.greedy:
+            return "temperature 0 (greedy)"
+        parts = [f"temperature {self.temperature:g}"]
+        parts += [f"top-k {self.top_k}"] if self.top_k else []
+        parts += [f"top-p {self.top_p:g}"] if self.top_p < 1.0 else []
+        parts += [f"min-p {self.min_p:g}"] if self.min_p > 0.0 else []
+        return ", ".join(parts)
+
+
+def _as_warping(value) -> LogitsWarping | None:
+    """``warping=``: None, a ``LogitsWarping``, or a mapping of its fields."""
+    if value is None or isinstance(value, LogitsWarping):
+        return value
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"temperature", "top_k", "top_p", "min_p"}
+        if unknown:
+            raise TypeError(f"warping got unknown keys {sorted(unknown)}: use temperature, top_k, top_p, min_p")
+        return LogitsWarping(**value)
+    raise TypeError(f"warping must be None, a LogitsWarping or a dict of its fields, got {type(value).__name__}")
+
+
+def _carried_warping(step, name: str) -> LogitsWarping | None:
+    """The warping a callback declares for its logits rows: its ``warping``
+    attribute, or for a bound method its object's; None for probability rows."""
+    for holder in (step, getattr(step, "__self__", None)):
+        value = getattr(holder, "warping", None)
+        if value is not None:
+            if not isinstance(value, LogitsWarping):
+                raise TypeError(
+                    f"{name}.warping must be a LogitsWarping (the warping of the logits rows it returns), "
+                    f"got {type(value).__name__}"
+                )
+            return value
+    return None
+
+
+def _resolve_warping(declared, draft_step, target_step, greedy: bool) -> LogitsWarping | None:
+    """The one warping of the run (None: probability rows), or a ``ValueError``."""
+    declared = _as_warping(declared)
+    draft_w = _carried_warping(draft_step, "draft_step")
+    target_w = _carried_warping(target_step, "target_step")
+    if greedy:
+        # Only the target rows' argmax is read, the same for logits and probabilities.
+        return next((w for w in (declared, target_w, draft_w) if w is not None), None)
+    for name, carried in (("draft_step", draft_w), ("target_step", target_w)):
+        if carried is not None and declared is not None and carried != declared:
+            raise ValueError(
+                f"{name} carries the warping ({carried}), but warping=({declared}): sampled verification "
+                f"needs the one warping the draft sampled from"
+            )
+    if draft_w is not None and target_w is not None and draft_w != target_w:
+        raise ValueError(
+            f"draft_step carries the warping ({draft_w}) and target_step ({target_w}): sampled verification "
+            f"needs one warping for both (hf_step_pair makes such a pair)"
+        )
+    if declared is None and (draft_w is None) != (target_w is None):
+        has, lacks = ("draft_step", "target_step") if draft_w is not None else ("target_step", "draft_step")
+        raise ValueError(
+            f"{has} returns logits rows (it carries the warping ({draft_w or target_w})), but {lacks} carries "
+            f"none, so its rows would be read as probabilities: logits and probabilities cannot be verified "
+            f"against each other. Pass warping= if {lacks} returns logits under the same warping"
+        )
+    return next((w for w in (declared, draft_w, target_w) if w is not None), None)
 
 
 # ----------------------------------------------------------------------------
@@ -59,8 +236,8 @@ class DecodeStats:
     drafted : int
         Draft tokens proposed, summed over rounds.
     accepted : int
-        Draft tokens the verifier accepted, summed over rounds (counted as
-        verified, before any truncation at the end-of-sequence id).
+        Accepted draft tokens, summed over rounds (counted as verified,
+        before any truncation at the end-of-sequence id).
     new_tokens : int
         Tokens appended to the prompt (after truncation at ``eos_token_id``).
     histogram : list[int]
@@ -73,6 +250,11 @@ class DecodeStats:
         (with the decoder's own checks), and in the whole ``generate`` call.
     stopped_by : str
         ``"max_new"`` or ``"eos"``.
+    warping : LogitsWarping or None
+        The warping of the logits rows verified (None: probability rows).
+
+    Every round emits one correction or one bonus token after its accepted
+    draft tokens: ``corrections + bonuses == rounds``.
     """
 
     k: int
@@ -88,6 +270,7 @@ class DecodeStats:
     verify_seconds: float = 0.0
     total_seconds: float = 0.0
     stopped_by: str = "max_new"
+    warping: Optional[LogitsWarping] = None
 
     def __post_init__(self) -> None:
         if not self.histogram:
@@ -102,6 +285,16 @@ class DecodeStats:
         self.per_round.append((drafted, accepted))
 
     @property
+    def corrections(self) -> int:
+        """Rounds that ended at a rejection, emitting a correction token."""
+        return sum(1 for drafted, accepted in self.per_round if accepted < drafted)
+
+    @property
+    def bonuses(self) -> int:
+        """Rounds that accepted every draft token (possibly none drafted), emitting a bonus token."""
+        return self.rounds - self.corrections
+
+    @property
     def acceptance_rate(self) -> float:
         """``accepted / drafted`` (0.0 when nothing was drafted)."""
         # Default for an empty run (max_new <= 1): no draft token was judged.
@@ -109,7 +302,7 @@ class DecodeStats:
 
     @property
     def mean_accepted(self) -> float:
-        """Mean accepted length per round (0.0 when no round ran)."""
+        """Mean accepted draft tokens per round (0.0 when no round ran)."""
         return self.accepted / self.rounds if self.rounds else 0.0
 
     @property
@@ -117,20 +310,27 @@ class DecodeStats:
         """New tokens per round: the speed-up over plain decoding in target calls."""
         return self.new_tokens / self.rounds if self.rounds else 0.0
 
+    @property
+    def mode(self) -> str:
+        """``"greedy"``, ``"sampled"`` (probability rows) or ``"sampled from logits (<warping>)"``."""
+        if self.greedy:
+            return "greedy"
+        return "sampled" if self.warping is None else f"sampled from logits ({self.warping})"
+
     def summary(self) -> str:
         """A few readable lines; also what ``str(stats)`` prints."""
-        mode = "greedy" if self.greedy else "sampled"
         hist = " ".join(f"{j}:{c}" for j, c in enumerate(self.histogram))
         per_round_us = 1e6 * self.verify_seconds / self.rounds if self.rounds else 0.0
         ms = 1e3
         return "\n".join(
             [
-                f"speculative decoding ({mode}, k={self.k}): {self.new_tokens} new tokens "
+                f"speculative decoding ({self.mode}, k={self.k}): {self.new_tokens} new tokens "
                 f"in {self.rounds} rounds, {self.tokens_per_round:.2f} tokens/round, "
                 f"stopped by {self.stopped_by}",
                 f"  drafted {self.drafted}, accepted {self.accepted} "
                 f"(acceptance rate {self.acceptance_rate:.3f}, "
-                f"mean accepted length {self.mean_accepted:.2f})",
+                f"mean accepted length {self.mean_accepted:.2f}); "
+                f"{self.corrections} correction and {self.bonuses} bonus tokens",
                 f"  accepted-length histogram  {hist}",
                 f"  time: draft {self.draft_seconds * ms:.1f} ms, target "
                 f"{self.target_seconds * ms:.1f} ms, verify {self.verify_seconds * ms:.2f} ms "
@@ -143,7 +343,7 @@ class DecodeStats:
 
 
 # ----------------------------------------------------------------------------
-# Argument checks
+# Argument and callback checks
 # ----------------------------------------------------------------------------
 
 
@@ -206,15 +406,80 @@ def _as_tokens(value, where: str) -> torch.Tensor:
     return value.to(device="cpu", dtype=torch.int64)
 
 
-def _check_probs_tensor(value, where: str, what: str) -> torch.Tensor:
-    """A callback's ``[rows, V]`` float result, or an error naming it."""
+def _check_rows(value, where: str, what: str, count: int, expected: str) -> torch.Tensor:
+    """A callback's ``[count, V]`` float rows, or an error naming the callback and ``what``."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{where} returned {what} of type {type(value).__name__}, expected a [rows, V] float tensor")
-    if value.dtype not in _PROB_DTYPES:
+    if value.dtype not in _ROW_DTYPES:
         raise TypeError(f"{where} returned {what} of dtype {value.dtype}, expected float32, float16 or bfloat16")
     if value.dim() != 2:
         raise ValueError(f"{where} returned {what} of shape {tuple(value.shape)}, expected 2-D [rows, V]")
+    if value.shape[0] != count:
+        raise ValueError(f"{where} returned {what} of shape {tuple(value.shape)}: expected {expected}")
     return value
+
+
+def _check_draft_result(result, k_round: int, rows_name: str, needs_rows: bool):
+    """``draft_step``'s ``(tokens [k], rows [k, V] or None)``, checked."""
+    where = f"draft_step(prefix, k={k_round})"
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(
+            f"{where} must return a pair (tokens, {rows_name}), got {type(result).__name__}"
+            + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
+        )
+    tokens = _as_tokens(result[0], where)
+    if tuple(tokens.shape) != (k_round,):
+        raise ValueError(f"{where} returned tokens of shape {tuple(tokens.shape)}, expected ({k_round},)")
+    rows = result[1]
+    if rows is None:
+        if needs_rows:
+            drawn = ("the distribution [k, V] each token was sampled from" if rows_name == "probs"
+                     else "the logits [k, V] each token was drawn from (with sample_draft, same warping)")
+            raise ValueError(
+                f"{where} returned {rows_name}=None, but sampled verification (greedy=False) needs {drawn}"
+            )
+        return tokens, None
+    return tokens, _check_rows(rows, where, rows_name, k_round, f"{k_round} rows, one per token")
+
+
+def _check_draft_against_target(tokens: list, draft_rows, vocab: int, rows_name: str, sampled_probs: bool) -> None:
+    """Draft tokens inside the target's vocabulary, draft rows over it; when
+    sampling from probability rows, each token of positive draft mass."""
+    where = f"draft_step(prefix, k={len(tokens)})"
+    if tokens:
+        lo, hi = min(tokens), max(tokens)
+        if lo < 0 or hi >= vocab:
+            raise ValueError(
+                f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
+            )
+    if draft_rows is None:
+        return
+    if draft_rows.shape[1] != vocab:
+        raise ValueError(
+            f"{where} returned {rows_name} over V = {draft_rows.shape[1]} tokens, but target_step "
+            f"returned V = {vocab}: draft and target must share one vocabulary"
+        )
+    if not sampled_probs or not tokens:
+        return  # greedy never reads the draft rows; verify_logits checks the warped support itself
+    picked = draft_rows.gather(1, torch.tensor(tokens, device=draft_rows.device).view(-1, 1)).view(-1)
+    zero = (picked <= 0).nonzero()
+    if len(zero):
+        i = int(zero[0, 0])
+        raise ValueError(
+            f"{where} returned tokens[{i}] = {tokens[i]} with probs[{i}, {tokens[i]}] = {float(picked[i])}: "
+            f"probs must be the distribution the tokens were sampled from"
+        )
+
+
+def _same_dtype(target_rows: torch.Tensor, draft_rows):
+    """The sampled ops want both row tensors on one dtype and device."""
+    if draft_rows is None:
+        # Only when nothing was drafted (last token): the op wants [0, V].
+        return target_rows, target_rows.new_empty((0, target_rows.shape[1]))
+    if draft_rows.dtype != target_rows.dtype:
+        # float32 holds all three accepted dtypes exactly: nothing is lost.
+        target_rows, draft_rows = target_rows.float(), draft_rows.float()
+    return target_rows, draft_rows.to(target_rows.device)
 
 
 # ----------------------------------------------------------------------------
@@ -228,24 +493,27 @@ class SpeculativeDecoder:
     Parameters
     ----------
     draft_step : callable
-        ``draft_step(prefix, k) -> (tokens, probs)``. ``prefix`` is a 1-D int64
-        CPU tensor of every token so far (prompt plus accepted output; do not
-        modify it). ``tokens`` is ``[k]`` integer (a list of ints is accepted);
-        ``probs`` is ``[k, V]`` float32/16/bf16, row ``i`` the (warped)
-        distribution ``tokens[i]`` was sampled from, unnormalized allowed.
-        ``probs`` may be None in greedy mode.
+        ``draft_step(prefix, k) -> (tokens, rows)``. ``prefix`` is a 1-D int64
+        CPU tensor of every token so far (prompt plus output; do not modify
+        it). ``tokens`` is ``[k]`` integer (a list of ints is accepted).
+        ``rows`` is ``[k, V]`` float32/16/bf16: probability rows (row ``i`` the
+        warped distribution ``tokens[i]`` was sampled from, unnormalized
+        allowed), or, under a warping, the raw logits ``tokens[i]`` was drawn
+        from with ``sample_draft``. ``rows`` may be None in greedy mode.
     target_step : callable
-        ``target_step(prefix, proposed) -> target_probs`` of shape
-        ``[len(proposed) + 1, V]``: row ``i`` is the target's distribution for
-        the token after ``prefix + proposed[:i]``. Logits are fine in greedy
-        mode (only the argmax is read); in sampled mode they must be
-        non-negative probabilities, warped exactly as the draft's.
+        ``target_step(prefix, proposed) -> rows`` of shape
+        ``[len(proposed) + 1, V]``: row ``i`` is the target's distribution
+        (probability rows, warped exactly as the draft's, non-negative) or its
+        raw logits (under a warping) for the token after
+        ``prefix + proposed[:i]``. Logits are fine in greedy mode either way
+        (only the argmax is read).
     k : int, default 4
         Draft tokens per round, ``>= 1``.
     greedy : bool, default True
         True: ``verify_greedy`` (the output equals plain greedy decoding with
-        the target). False: ``verify_sampled`` (the output is distributed as
-        sampling from the target), which needs the draft's ``probs``.
+        the target). False: sampled verification (the output is distributed as
+        sampling from the target): ``verify_sampled`` on probability rows,
+        ``verify_logits`` on logits rows; it needs the draft's rows.
     eos_token_id : int or list of int, optional
         Stop after the first emitted token in this set (it is kept). None: stop
         only at ``max_new``.
@@ -253,21 +521,37 @@ class SpeculativeDecoder:
         Source of the verifier's uniforms in sampled mode (the default CPU
         generator when None). Seed it, and seed the draft's own sampling, for
         reproducible runs. Unused in greedy mode.
+    warping : LogitsWarping or dict, optional, keyword only
+        Declares that both callbacks return logits rows, warped by this (see
+        the module docstring). None: the callbacks' own ``warping`` attributes
+        decide (``HFCausalLMStep`` carries one), and without any, the rows are
+        probabilities. Sampled mode at temperature 0 is greedy: verified by
+        ``verify_greedy``, and the draft may return ``rows=None``.
 
     Attributes
     ----------
+    warping : LogitsWarping or None
+        The warping the run verifies logits rows under (None: probability rows).
     stats : DecodeStats or None
         Statistics of the latest ``generate`` call (None before the first).
+
+    Raises
+    ------
+    ValueError
+        In sampled mode, warpings that disagree (``warping=``, the draft's, the
+        target's), or one callback carrying a warping while the other's rows
+        would be read as probabilities.
 
     Notes
     -----
     A round drafts ``min(k, max_new - emitted - 1)`` tokens, so it can emit at
     most what is left and ``generate`` never overshoots ``max_new``; when one
     token is left, the round drafts nothing (``draft_step`` is not called) and
-    the target alone picks it. Every callback result is checked (counts,
-    shapes, vocabulary size, ``probs[i, tokens[i]] > 0`` when sampling) and a
-    mismatch raises ``ValueError`` / ``TypeError`` naming the callback and what
-    it returned.
+    the target alone picks it (a bonus token). Every callback result is
+    checked (counts, shapes, vocabulary size, ``probs[i, tokens[i]] > 0`` when
+    sampling from probability rows; ``verify_logits`` checks the warped
+    support) and a mismatch raises ``ValueError`` / ``TypeError`` naming the
+    callback and what it returned.
 
     Examples
     --------
@@ -288,8 +572,8 @@ class SpeculativeDecoder:
     >>> dec = SpeculativeDecoder(draft_step, target_step, k=3)
     >>> dec.generate(torch.tensor([0]), max_new=6).tolist()
     [0, 1, 2, 3, 4, 0, 1]
-    >>> dec.stats.rounds, dec.stats.accepted
-    (2, 4)
+    >>> dec.stats.rounds, dec.stats.accepted, dec.stats.bonuses
+    (2, 4, 2)
     """
 
     def __init__(
@@ -300,6 +584,8 @@ class SpeculativeDecoder:
         greedy: bool = True,
         eos_token_id=None,
         generator: torch.Generator | None = None,
+        *,
+        warping: LogitsWarping | Mapping | None = None,
     ) -> None:
         if not callable(draft_step):
             raise TypeError(f"draft_step must be callable, got {type(draft_step).__name__}")
@@ -313,6 +599,10 @@ class SpeculativeDecoder:
         self.greedy = bool(greedy)
         self.eos_token_ids = _eos_set(eos_token_id)
         self.generator = generator
+        self.warping = _resolve_warping(warping, draft_step, target_step, self.greedy)
+        # Greedy verification (only target argmaxes read): greedy mode, or sampling at temperature 0.
+        self._argmax_only = self.greedy or (self.warping is not None and self.warping.greedy)
+        self._rows = "probs" if self.warping is None else "logits"
         self.stats: DecodeStats | None = None
         self._vocab: int | None = None
 
@@ -340,7 +630,7 @@ class SpeculativeDecoder:
         """
         prompt = _check_prompt(prompt_ids)
         max_new = _check_int("max_new", max_new, 0)
-        stats = DecodeStats(k=self.k, greedy=self.greedy)
+        stats = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping)
         self.stats = stats
         self._vocab = None  # learnt from the first target call of this run
         start = time.perf_counter()
@@ -349,13 +639,12 @@ class SpeculativeDecoder:
         buffer[: len(prompt)] = prompt
         length = len(prompt)
         while length - len(prompt) < max_new:
-            remaining = max_new - (length - len(prompt))
             # Draft at most remaining - 1: a round emits accepted + 1 tokens.
-            k_round = min(self.k, remaining - 1)
+            k_round = min(self.k, max_new - (length - len(prompt)) - 1)
             prefix = buffer[:length]
-            draft_tokens, draft_probs = self._draft(prefix, k_round)
-            target_probs = self._target(prefix, draft_tokens)
-            n_accepted, next_token = self._verify(target_probs, draft_tokens, draft_probs)
+            draft_tokens, draft_rows = self._draft(prefix, k_round)
+            target_rows = self._target(prefix, draft_tokens)
+            n_accepted, next_token = self._verify(target_rows, draft_tokens, draft_rows)
             stats.record_round(k_round, n_accepted)
             length, hit_eos = self._commit(buffer, length, draft_tokens[:n_accepted], next_token)
             if hit_eos:
@@ -368,139 +657,78 @@ class SpeculativeDecoder:
     # -- phase 1: draft --------------------------------------------------------
 
     def _draft(self, prefix: torch.Tensor, k_round: int):
-        """Ask the draft for ``k_round`` tokens; check what it returned."""
+        """``k_round`` draft tokens and the rows they were drawn from (None if never read)."""
         if k_round == 0:
             # Last token of the run: nothing to draft, the target picks it.
             return torch.empty(0, dtype=torch.int64), None
         t0 = time.perf_counter()
         result = self.draft_step(prefix, k_round)
         self.stats.draft_seconds += time.perf_counter() - t0
-        where = f"draft_step(prefix, k={k_round})"
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise TypeError(
-                f"{where} must return a pair (tokens, probs), got {type(result).__name__}"
-                + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
-            )
-        tokens = _as_tokens(result[0], where)
-        if tuple(tokens.shape) != (k_round,):
-            raise ValueError(
-                f"{where} returned tokens of shape {tuple(tokens.shape)}, expected ({k_round},)"
-            )
-        probs = result[1]
-        if probs is None:
-            if not self.greedy:
-                raise ValueError(
-                    f"{where} returned probs=None, but sampled verification (greedy=False) "
-                    f"needs the draft distribution [k, V] each token was sampled from"
-                )
-            return tokens, None
-        probs = _check_probs_tensor(probs, where, "probs")
-        if probs.shape[0] != k_round:
-            raise ValueError(
-                f"{where} returned probs of shape {tuple(probs.shape)}: expected {k_round} rows, "
-                f"one per token"
-            )
-        return tokens, probs
+        return _check_draft_result(result, k_round, self._rows, needs_rows=not self._argmax_only)
 
     # -- phase 2: target -------------------------------------------------------
 
     def _target(self, prefix: torch.Tensor, draft_tokens: torch.Tensor) -> torch.Tensor:
-        """Score the proposal in one target call; check the rows and vocabulary."""
+        """The target's ``[k_round + 1, V]`` rows for the proposal, in one call."""
         t0 = time.perf_counter()
-        target_probs = self.target_step(prefix, draft_tokens)
+        rows = self.target_step(prefix, draft_tokens)
         self.stats.target_seconds += time.perf_counter() - t0
         k_round = len(draft_tokens)
         where = f"target_step(prefix, proposed) with {k_round} proposed tokens"
-        target_probs = _check_probs_tensor(target_probs, where, "target_probs")
-        if target_probs.shape[0] != k_round + 1:
-            raise ValueError(
-                f"{where} returned target_probs of shape {tuple(target_probs.shape)}: "
-                f"expected [{k_round + 1}, V] (len(proposed) + 1 rows)"
-            )
-        vocab = target_probs.shape[1]
+        rows = _check_rows(rows, where, "target_" + self._rows, k_round + 1,
+                           f"[{k_round + 1}, V] (len(proposed) + 1 rows)")
         if self._vocab is None:
-            self._vocab = vocab
-        elif vocab != self._vocab:
+            self._vocab = rows.shape[1]
+        elif rows.shape[1] != self._vocab:
             raise ValueError(
-                f"{where} returned target_probs over V = {vocab} tokens, but an earlier round "
+                f"{where} returned target_{self._rows} over V = {rows.shape[1]} tokens, but an earlier round "
                 f"returned V = {self._vocab}"
             )
-        return target_probs
+        return rows
 
     # -- phase 3: verify -------------------------------------------------------
 
-    def _check_draft_against_target(self, draft_tokens, draft_probs, vocab: int) -> None:
-        where = f"draft_step(prefix, k={len(draft_tokens)})"
-        if len(draft_tokens):
-            lo, hi = int(draft_tokens.min()), int(draft_tokens.max())
-            if lo < 0 or hi >= vocab:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"{where} returned token {bad}, outside the target's vocabulary [0, {vocab})")
-        if draft_probs is None:
-            return
-        if draft_probs.shape[1] != vocab:
-            raise ValueError(
-                f"{where} returned probs over V = {draft_probs.shape[1]} tokens, but target_step "
-                f"returned V = {vocab}: draft and target must share one vocabulary"
-            )
-        if self.greedy or not len(draft_tokens):
-            return  # greedy verification never reads the draft's probs
-        picked = draft_probs.gather(1, draft_tokens.to(draft_probs.device).view(-1, 1)).view(-1)
-        zero = (picked <= 0).nonzero()
-        if len(zero):
-            i = int(zero[0, 0])
-            raise ValueError(
-                f"{where} returned tokens[{i}] = {int(draft_tokens[i])} with probs[{i}, "
-                f"{int(draft_tokens[i])}] = {float(picked[i])}: probs must be the distribution "
-                f"the tokens were sampled from"
-            )
-
-    def _verify(self, target_probs, draft_tokens, draft_probs) -> tuple[int, int]:
-        """Run the verify op; its errors are re-raised naming the round."""
+    def _verify(self, target_rows, draft_tokens, draft_rows) -> tuple[int, int]:
+        """``(accepted count, correction or bonus token)``; op errors re-raised naming the round."""
         t0 = time.perf_counter()
-        self._check_draft_against_target(draft_tokens, draft_probs, target_probs.shape[1])
+        sampled_probs = not self._argmax_only and self.warping is None
+        _check_draft_against_target(draft_tokens.tolist(), draft_rows, target_rows.shape[1], self._rows,
+                                    sampled_probs)
         try:
-            if self.greedy:
-                result = verify_greedy(target_probs, draft_tokens)
+            if self._argmax_only:
+                result = verify_greedy(target_rows, draft_tokens)
             else:
-                target_probs, draft_probs = self._same_dtype(target_probs, draft_probs)
-                result = verify_sampled(target_probs, draft_probs, draft_tokens, generator=self.generator)
+                target_rows, draft_rows = _same_dtype(target_rows, draft_rows)
+                if self.warping is None:
+                    result = verify_sampled(target_rows, draft_rows, draft_tokens, generator=self.generator)
+                else:
+                    result = verify_logits(target_rows, draft_rows, draft_tokens, generator=self.generator,
+                                           **self.warping.kwargs())
         except (ValueError, IndexError) as err:
             raise ValueError(
                 f"verification of round {self.stats.rounds} rejected the callbacks' output "
-                f"(target_step's rows are target_probs, draft_step's probs are draft_probs): {err}"
+                f"(target_step's rows are target_{self._rows}, draft_step's are draft_{self._rows}): {err}"
             ) from err
         self.stats.verify_seconds += time.perf_counter() - t0
         return result
 
-    @staticmethod
-    def _same_dtype(target_probs, draft_probs):
-        """The op wants both on one dtype and device."""
-        if draft_probs is None:
-            # Only when nothing was drafted (last token): the op wants [0, V].
-            return target_probs, target_probs.new_empty((0, target_probs.shape[1]))
-        if draft_probs.dtype != target_probs.dtype:
-            # float32 holds all three accepted dtypes exactly: nothing is lost.
-            target_probs, draft_probs = target_probs.float(), draft_probs.float()
-        return target_probs, draft_probs.to(target_probs.device)
-
     # -- phase 4: commit -------------------------------------------------------
 
     def _commit(self, buffer, length: int, accepted: torch.Tensor, next_token: int) -> tuple[int, bool]:
-        """Append the accepted tokens and the next token; stop at an eos id."""
+        """Append the accepted draft tokens and the correction or bonus token; stop at an eos id."""
         new = accepted.tolist() + [int(next_token)]
+        hit_eos = False
         if self.eos_token_ids:
             for i, token in enumerate(new):
                 if token in self.eos_token_ids:
                     # Keep the eos itself, drop whatever the round had after it.
-                    new = new[: i + 1]
-                    buffer[length : length + len(new)] = torch.tensor(new, dtype=torch.int64)
-                    return length + len(new), True
+                    new, hit_eos = new[: i + 1], True
+                    break
         buffer[length : length + len(new)] = torch.tensor(new, dtype=torch.int64)
-        return length + len(new), False
+        return length + len(new), hit_eos
 
     # -- convenience -------------------------------------------------------------
 
     def __repr__(self) -> str:
-        mode = "greedy" if self.greedy else "sampled"
+        mode = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping).mode
         return f"SpeculativeDecoder(k={self.k}, {mode}, eos_token_id={sorted(self.eos_token_ids) or None})"

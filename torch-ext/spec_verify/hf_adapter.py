@@ -22,64 +22,36 @@ speculative round costs
 and the prefix is never run again. The first call of a run feeds the prompt
 (prefill).
 
-Warping (temperature, then top-k, then top-p: the order of transformers'
-logits processors) is applied by one function, identically for the draft and
-for the target, and the draft samples each token from exactly the warped row it
-returns, which is what makes speculative sampling distribution-preserving.
+Rows are the model's raw logits, float32 on the CPU: ``target_step`` returns
+the ``k + 1`` target rows as they come, and ``draft_step`` returns each draft
+token's logits row with the token drawn from it by ``sample_draft`` under the
+adapter's ``LogitsWarping`` (temperature, then top-k, top-p, min-p: the order
+of transformers' logits processors), i.e. from exactly the warped
+distribution. The adapter carries that warping as its ``warping`` attribute,
+which ``SpeculativeDecoder`` reads from the bound methods: sampled decoding
+then verifies with ``verify_logits`` under the same warping, which warps the
+draft and the target rows identically inside the op. No full-vocabulary
+probability row is computed in Python. At temperature 0 (greedy) the draft
+takes the argmax and returns no rows, and only the target rows' argmax is
+read.
+
+Why logits and not probability rows: the warping then happens only inside
+the ops that sample and verify, by one definition (``warping.py``), and only
+on the rows they read (``verify_logits`` stops at the first rejection),
+instead of on every row in Python, written out and read back; and the pair
+cannot be verified under another warping than the one the draft sampled
+from, because the decoder checks that the draft's and the target's warpings
+agree.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .logits import warp_probs
+from .decoder import LogitsWarping
+from .logits import sample_draft
 
-__all__ = ["HFCausalLMStep", "hf_step_pair", "warp_logits"]
-
-
-# ----------------------------------------------------------------------------
-# Warping
-# ----------------------------------------------------------------------------
-
-
-def warp_logits(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> torch.Tensor:
-    """Logits to sampling probabilities: temperature, then top-k, then top-p.
-
-    Parameters
-    ----------
-    logits : torch.Tensor
-        ``[..., V]`` float logits (float32, float16 or bfloat16; read as float32).
-    temperature : float, default 1.0
-        ``> 0``; logits are divided by it.
-    top_k : int, default 0
-        Keep the ``top_k`` highest logits (0 = off, as in transformers).
-    top_p : float, default 1.0
-        Keep the smallest set of highest-probability tokens whose mass reaches
-        ``top_p`` (1.0 = off).
-
-    Returns
-    -------
-    torch.Tensor
-        ``[..., V]`` float32 probabilities (rows sum to 1), zero outside the kept
-        set.
-
-    Notes
-    -----
-    This is ``spec_verify.warp_probs`` (min-p off): the one definition of the
-    warping, shared with ``verify_logits`` and ``sample_draft`` and written
-    out in ``reference_logits``. Ties at a cut-off are never split: top-k
-    keeps every token tied with the ``top_k``-th largest logit (as
-    transformers' ``TopKLogitsWarper``), and top-p keeps every token tied
-    with the last logit of the smallest head whose mass reaches ``top_p``
-    (transformers' ``TopPLogitsWarper`` splits such a tie in the order of
-    its unstable sort). The most likely token is always kept.
-
-    Draft and target go through this same function, so their warps agree.
-    """
-
-    return warp_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+__all__ = ["HFCausalLMStep", "hf_step_pair"]
 
 
 # ----------------------------------------------------------------------------
@@ -106,20 +78,26 @@ class HFCausalLMStep:
         the output must have ``.logits`` ``[1, T, V]`` and ``.past_key_values``.
     temperature : float, default 1.0
         ``0`` means greedy: ``draft_step`` takes the argmax and returns
-        ``probs=None``, ``target_step`` returns float32 logits (only their
-        argmax is read, exactly as in transformers' greedy search), and top-k /
-        top-p are ignored. ``> 0``: rows are ``warp_logits(logits, temperature,
-        top_k, top_p)``.
+        ``logits=None``, and only the argmax of the target rows is read
+        (exactly as in transformers' greedy search); top-k / top-p / min-p are
+        then moot. ``> 0``: ``draft_step`` draws each token with
+        ``sample_draft`` under the warping.
     top_k : int, default 0
         Top-k cut-off, 0 = off.
     top_p : float, default 1.0
         Top-p cut-off in ``(0, 1]``, 1.0 = off.
+    min_p : float, default 0.0
+        Min-p cut-off in ``[0, 1)``, 0.0 = off.
     generator : torch.Generator, optional
-        Source of the draft's token samples (the default generator when None).
-        Unused by ``target_step`` and in greedy mode.
+        Source of the draft's uniforms, one per drawn token (the default
+        generator when None). Unused by ``target_step`` and in greedy mode.
 
     Attributes
     ----------
+    warping : LogitsWarping
+        The warping above, which ``SpeculativeDecoder`` reads from the bound
+        ``draft_step`` / ``target_step`` (their rows are logits under it).
+        ``temperature``, ``top_k``, ``top_p``, ``min_p`` and ``greedy`` mirror it.
     forward_calls, tokens_fed : int
         Model forwards run and input tokens fed, since construction or
         ``reset()``: a cheap check of the per-round cost.
@@ -133,8 +111,10 @@ class HFCausalLMStep:
     Notes
     -----
     Use one adapter per model and per role: the draft and the target each need
-    their own cache, even when they are the same model. Returned tensors are
-    float32 on the CPU, where the verify ops run. The adapter accepts any
+    their own cache, even when they are the same model. Returned rows are
+    raw float32 logits on the CPU, where the ops run; give them to
+    ``verify_logits`` (or ``SpeculativeDecoder``) with this adapter's warping,
+    never to ``verify_sampled``, which reads probabilities. The adapter accepts any
     prefix: it crops to the longest prefix it shares with its cache, so it can
     be reused across ``generate`` calls and prompts. ``crop`` is always called
     with a negative count ("remove that many tokens"), which means the same in
@@ -167,22 +147,19 @@ class HFCausalLMStep:
         temperature: float = 1.0,
         top_k: int = 0,
         top_p: float = 1.0,
+        min_p: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
         if not callable(model):
             raise TypeError(f"model must be callable (a causal LM), got {type(model).__name__}")
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature >= 0:
-            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-            raise ValueError(f"top_k must be an int >= 0 (0 = off), got {top_k!r}")
-        if not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must lie in (0, 1] (1 = off), got {top_p!r}")
+        # The kernel's own rules and wording (ValueError naming the argument).
+        self.warping = LogitsWarping(temperature, top_k, top_p, min_p)
         self.model = model
-        self.temperature = float(temperature)
-        self.top_k = top_k
-        self.top_p = float(top_p)
+        self.temperature, self.top_k = self.warping.temperature, self.warping.top_k
+        self.top_p, self.min_p = self.warping.top_p, self.warping.min_p
+        self.greedy = self.warping.greedy
         self.generator = generator
-        self.greedy = self.temperature == 0.0
+        self._sample_kwargs = dict(self.warping.kwargs(), generator=generator)
         self.reset()
 
     def reset(self) -> None:
@@ -199,48 +176,47 @@ class HFCausalLMStep:
     # -- callbacks -------------------------------------------------------------
 
     def draft_step(self, prefix: torch.Tensor, k: int):
-        """Propose ``k`` tokens after ``prefix``: ``(tokens [k] int64, probs [k, V] or None)``.
+        """Propose ``k`` tokens after ``prefix``: ``(tokens [k] int64, logits [k, V] float32 or None)``.
 
-        ``k`` forwards of one new token each (the first may feed more: the
-        prompt, or the tokens since the cache's last common point).
+        Row ``i`` of the logits is the one ``tokens[i]`` was drawn from
+        (``sample_draft`` under ``warping``); None at temperature 0, where
+        the tokens are argmaxes. ``k`` forwards of one new token each (the
+        first may feed more: the prompt, or the tokens since the cache's last
+        common point).
         """
         seq = prefix.to(device="cpu", dtype=torch.int64)
         logits = self._logits_for_last_rows(seq, rows=1)[0]
-        tokens, rows = [], []
+        tokens = []
+        rows = None if self.greedy else logits.new_empty((k, logits.shape[-1]))
         for i in range(k):
-            token, row = self._pick(logits)
+            token = self._pick(logits)
             tokens.append(token)
-            rows.append(row)
+            if rows is not None:
+                rows[i] = logits
             if i + 1 < k:
                 # The last token needs no forward: nothing is drafted after it.
                 # The cache holds exactly the sequence so far: feed the token
                 # on top, no prefix to compare, nothing to crop.
                 logits = self._feed(torch.tensor([token], dtype=torch.int64), rows=1)[0]
-        probs = None if self.greedy else torch.stack(rows)
-        return torch.tensor(tokens, dtype=torch.int64), probs
+        return torch.tensor(tokens, dtype=torch.int64), rows
 
     def target_step(self, prefix: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
-        """Rows for every proposal and the bonus: ``[len(proposed) + 1, V]`` float32.
+        """The target's raw logits at every draft position and the bonus position: ``[len(proposed) + 1, V]`` float32.
 
         One forward over the last committed token and the proposals.
         """
         prefix = prefix.to(device="cpu", dtype=torch.int64)
         seq = torch.cat([prefix, proposed.to(device="cpu", dtype=torch.int64)])
-        logits = self._logits_for_last_rows(seq, rows=len(proposed) + 1)
-        if self.greedy:
-            return logits  # greedy verification reads only the argmax
-        return warp_logits(logits, self.temperature, self.top_k, self.top_p)
+        return self._logits_for_last_rows(seq, rows=len(proposed) + 1)
 
     # -- sampling --------------------------------------------------------------
 
-    def _pick(self, logits: torch.Tensor):
-        """One draft token from a logits row, and the row it was drawn from."""
+    def _pick(self, logits: torch.Tensor) -> int:
+        """One draft token from a logits row: its argmax, or a draw from its warped distribution."""
         if self.greedy:
-            return int(torch.argmax(logits)), None
-        probs = warp_logits(logits, self.temperature, self.top_k, self.top_p)
-        # multinomial never picks a zero-probability token, so probs[token] > 0.
-        token = int(torch.multinomial(probs, 1, generator=self.generator))
-        return token, probs
+            return int(torch.argmax(logits))
+        # The very distribution verify_logits reads: a token outside it is never drawn.
+        return int(sample_draft(logits, **self._sample_kwargs))
 
     # -- KV cache --------------------------------------------------------------
 
@@ -313,14 +289,14 @@ class HFCausalLMStep:
         self.cache_rebuilds += int(rebuild)
 
 
-def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1.0, generator=None):
-    """``(draft_step, target_step)`` for two causal LMs, warped identically.
+def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None):
+    """``(draft_step, target_step)`` for two causal LMs, under one warping.
 
     Parameters
     ----------
     draft_model, target_model : transformers-style causal LMs
         Must share one vocabulary (same tokenizer, same ``V``).
-    temperature, top_k, top_p, generator
+    temperature, top_k, top_p, min_p, generator
         As in ``HFCausalLMStep``; the same warping for both models is what
         speculative sampling needs to preserve the target's distribution.
 
@@ -328,15 +304,21 @@ def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1
     -------
     tuple
         ``(draft.draft_step, target.target_step)``: bound methods of two
-        ``HFCausalLMStep`` adapters (reach them via ``__self__``).
+        ``HFCausalLMStep`` adapters (reach them via ``__self__``), whose
+        ``warping`` ``SpeculativeDecoder`` reads: they return logits rows, and
+        sampled decoding verifies them with ``verify_logits`` under that
+        warping.
 
     Examples
     --------
     >>> draft_step, target_step = hf_step_pair(draft_model, target_model,
     ...                                        temperature=0)        # doctest: +SKIP
     >>> SpeculativeDecoder(draft_step, target_step, k=4).generate(ids, 64)  # doctest: +SKIP
+    >>> draft_step, target_step = hf_step_pair(draft_model, target_model, temperature=0.8,
+    ...                                        top_p=0.95)           # doctest: +SKIP
+    >>> SpeculativeDecoder(draft_step, target_step, k=4, greedy=False).generate(ids, 64)  # doctest: +SKIP
     """
-    warp = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     draft = HFCausalLMStep(draft_model, generator=generator, **warp)
     target = HFCausalLMStep(target_model, **warp)
     return draft.draft_step, target.target_step
