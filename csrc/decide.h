@@ -60,20 +60,14 @@ inline bool accepts(double u, const Weighed& w) {
   return u * w.draft_at * w.target_mass < w.target_at * w.draft_mass;
 }
 
-// Note [Residual bit-exactness]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// After a rejection the next token is drawn from norm(max(0, p - q)), with
-//   r(x) = max(0, t(x) * Q - d(x) * P)
+// The residual weight after a rejection, r(x) = max(0, t(x) * Q - d(x) * P)
 // (t, d the unnormalized rows, P, Q their float64 masses): max(0, p - q)
-// scaled by P * Q, so no division. r is written twice, and the two must agree
-// to the bit with each other and with the pure-torch reference: the scalar
-// residual() below (the inverse-CDF walk inside a block, and the sparse
-// logits rows) and the vectorized residual_row() in csrc/cpu/rows.cpp (the
-// block sums that pick the block). Both evaluate the same expression in the
-// same order -- t * Q, then d * P, then the difference, then the clamp at 0 --
-// in float64 with no FMA (the build passes -ffp-contract=off). Reordering
-// either moves a draw across the threshold by an ulp, and the tests compare
-// every draw with the reference, on every ISA.
+// scaled by P * Q, so no division. See Note [Residual bit-exactness]
+// (DESIGN.md): residual_row() in csrc/cpu/rows.cpp, whose block sums pick the
+// block, evaluates this same expression in this same order (t * Q, then
+// d * P, then the difference, then the clamp at 0), so the block sums and the
+// per-token weights the walk re-reads agree with each other and with the
+// reference.
 inline double residual(double t, double d, double target_mass, double draft_mass) {
   const double r = t * draft_mass - d * target_mass;
   return r > 0.0 ? r : 0.0;
@@ -85,11 +79,11 @@ inline double residual(double t, double d, double target_mass, double draft_mass
 
 // The inverse CDF itself: from `running`, add the positive weights of items
 // [begin, end) in order, in float64, and return the id of the first item at
-// which the sum exceeds `threshold`. A zero-weight id is never returned: the
-// sum grows only at positive weights. If rounding keeps the sum at or below
+// which the sum exceeds `threshold`. If rounding keeps the sum at or below
 // the threshold (it fell an ulp short of a vectorized block sum, or u is
 // within an ulp of 1), the last id with positive weight is where the mass
-// ends (`none` if there is none, which the callers rule out).
+// ends (`none` if there is none, which the callers rule out). So a
+// zero-weight id is never returned: Note [Zero mass never emitted] (DESIGN.md).
 template <typename IdFn, typename WeightFn>
 int64_t walk_cdf(double running, double threshold, int64_t begin, int64_t end, int64_t none, IdFn id,
                  WeightFn weight) {
@@ -135,7 +129,7 @@ int64_t inverse_cdf(const double* block_sums, double total, double u, int64_t vo
 }
 
 // After a rejection, over two dense rows: a draw from the residual with u
-// (see Note [Residual bit-exactness]); block_sums is the caller's scratch of
+// (residual() above); block_sums is the caller's scratch of
 // kMaxBlocks. `fallback()` draws when the residual rounded to zero everywhere
 // (p equals q to within rounding): then the target row itself is its law.
 template <typename scalar_t, typename Fallback>
