@@ -43,6 +43,19 @@ std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
     const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
     std::optional<at::Generator> generator);
 
+// Block verification (Sun et al. 2024; DESIGN.md, "Block"): verify_sampled's
+// inputs and uniforms, a better exact verifier.
+std::tuple<int64_t, int64_t> verify_block_ints(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                                               const at::Tensor& draft_tokens,
+                                               const std::optional<at::Tensor>& uniforms,
+                                               std::optional<at::Generator> generator);
+at::Tensor verify_block(const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+                        const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator);
+std::tuple<at::Tensor, at::Tensor> verify_block_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator);
+
 // ----------------------------------------------------------------------------
 // Logits in (ops_logits.cpp): temperature, top-k, top-p and min-p applied
 // identically to draft and target inside the op

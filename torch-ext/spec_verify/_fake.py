@@ -44,6 +44,22 @@ def _verify_sampled_batched_fake(
     )
 
 
+@torch.library.register_fake(add_op_namespace_prefix("verify_block"))
+def _verify_block_fake(target_probs, draft_probs, draft_tokens, uniforms=None, generator=None):
+    return target_probs.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_block_batched"))
+def _verify_block_batched_fake(
+    target_probs, draft_probs, draft_tokens, num_draft_tokens=None, uniforms=None, generator=None
+):
+    batch = draft_tokens.shape[0]
+    return (
+        target_probs.new_empty((batch,), dtype=torch.int64),
+        target_probs.new_empty((batch,), dtype=torch.int64),
+    )
+
+
 # ----------------------------------------------------------------------------
 # Logits in (csrc/logits_ops.cpp). verify_logits_ints, like the other *_ints
 # ops, has no fake on purpose.
