@@ -94,6 +94,7 @@ OPS = {
     for op in (
         DecisionOp("greedy", "probs", "verify_greedy", "verify_greedy_batched", False, (NAN,)),
         DecisionOp("sampled", "probs", "verify_sampled", "verify_sampled_batched", True, (NAN, -1.0, INF)),
+        DecisionOp("block", "probs", "verify_block", "verify_block_batched", True, (NAN, -1.0, INF)),
         DecisionOp("logits", "logits", "verify_logits", "verify_logits_batched", True, (NAN, INF),
                    dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.01)),
     )

@@ -112,6 +112,9 @@ def _tensor_op_cases(sv):
                            (target.bfloat16(), draft.bfloat16(), tokens, uniforms, None)],
         "verify_greedy_batched": [(b_target, b_tokens, counts), (b_target, b_tokens, None)],
         "verify_sampled_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
+        "verify_block": [(target, draft, tokens, uniforms, None),
+                         (target.half(), draft.half(), tokens.int(), uniforms, None)],
+        "verify_block_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
         "verify_logits": [(lt, ld, ltok, *WARP, lu, None),
                           (lt.bfloat16(), ld.bfloat16(), ltok.int(), 0.0, 0, 1.0, 0.0, None, None)],
         "verify_logits_batched": [(lt.repeat(2, 1, 1), ld.repeat(2, 1, 1), ltok.repeat(2, 1), torch.tensor([4, 1]),
@@ -125,10 +128,11 @@ def _tensor_op_cases(sv):
 # cannot stand for: their schema and autograd registration are checked, and
 # they must agree with the traceable forms (named here).
 INT_OPS = {"verify_greedy_ints": "verify_greedy", "verify_sampled_ints": "verify_sampled",
-           "verify_logits_ints": "verify_logits"}
+           "verify_logits_ints": "verify_logits", "verify_block_ints": "verify_block"}
 # No tensor in or out (a string): nothing to trace or compare under aot_dispatch.
 NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "test_faketensor")}
 TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
+              "verify_block", "verify_block_batched",
               "verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
 EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
 
