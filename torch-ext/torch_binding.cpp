@@ -53,15 +53,16 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
   m.def(
       "verify_logits(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
       "float temperature=1.0, int top_k=0, float top_p=1.0, float min_p=0.0, "
-      "Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+      "Tensor? uniforms=None, Generator? generator=None, bool block=False) -> Tensor");
   m.def(
       "verify_logits_ints(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
       "float temperature=1.0, int top_k=0, float top_p=1.0, float min_p=0.0, "
-      "Tensor? uniforms=None, Generator? generator=None) -> (int, int)");
+      "Tensor? uniforms=None, Generator? generator=None, bool block=False) -> (int, int)");
   m.def(
       "verify_logits_batched(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
       "Tensor? num_draft_tokens=None, float temperature=1.0, int top_k=0, float top_p=1.0, "
-      "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> (Tensor, Tensor)");
+      "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None, bool block=False) "
+      "-> (Tensor, Tensor)");
   m.def(
       "sample_draft(Tensor draft_logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");

@@ -369,34 +369,44 @@ def verify_block_batched(target_probs, draft_probs, draft_tokens, num_draft_toke
 # ----------------------------------------------------------------------------
 
 
-def _logits_sequence(rows: WarpedRows, tokens: list[int], u) -> tuple[int, int]:
+def _check_method(method) -> bool:
+    """True for block verification; the one check of ``method`` on the reference path."""
+    if method not in ("token", "block"):
+        raise ValueError(f'method must be "token" or "block", got {method!r}')
+    return method == "block"
+
+
+def _logits_sequence(rows: WarpedRows, tokens: list[int], u, block: bool = False) -> tuple[int, int]:
     if rows.warp.greedy:
         return greedy_sequence(rows, tokens)
-    return sampled_sequence(rows, tokens, u)
+    return (block_sequence if block else sampled_sequence)(rows, tokens, u)
 
 
 def verify_logits(target_logits, draft_logits, draft_tokens, *, temperature=1.0, top_k=0, top_p=1.0,
-                  min_p=0.0, generator=None, uniforms=None) -> tuple[int, int]:
+                  min_p=0.0, generator=None, uniforms=None, method="token") -> tuple[int, int]:
     """Reference ``spec_verify.verify_logits``."""
     warp = check_warp(temperature, top_k, top_p, min_p)
+    block = _check_method(method)
     shape = check_sequences(target_logits, draft_logits, draft_tokens, batched=False,
                             target_name="target_logits", draft_name="draft_logits")
     u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=not warp.greedy)
     return _logits_sequence(WarpedRows(target_logits, draft_logits, warp), draft_tokens.tolist(),
-                            None if u is None else u.tolist())
+                            None if u is None else u.tolist(), block)
 
 
 def verify_logits_batched(target_logits, draft_logits, draft_tokens, num_draft_tokens=None, *,
-                          temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None):
+                          temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None,
+                          method="token"):
     """Reference ``spec_verify.verify_logits_batched``."""
     warp = check_warp(temperature, top_k, top_p, min_p)
+    block = _check_method(method)
     shape = check_sequences(target_logits, draft_logits, draft_tokens, num_draft_tokens, batched=True,
                             target_name="target_logits", draft_name="draft_logits")
     u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=not warp.greedy,
                        what="B rows of one per draft token plus one for the final draw")
     return _run_batch(shape, lambda b, kb: _logits_sequence(
         WarpedRows(target_logits[b], draft_logits[b], warp, (b,)), draft_tokens[b, :kb].tolist(),
-        None if u is None else u[b, : kb + 1].tolist()))
+        None if u is None else u[b, : kb + 1].tolist(), block))
 
 
 def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,
