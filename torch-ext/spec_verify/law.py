@@ -378,10 +378,19 @@ _BLOCK_MAX_PATHS = 1 << 20
 
 
 def _ratio_atoms(target_row: torch.Tensor, draft_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The law of ``p(t)/q(t)`` for ``t ~ q``: distinct ratios ``[A]`` and their masses ``[A]``."""
+    """The law of ``p(t)/q(t)`` for ``t ~ q``: distinct ratios ``[A]`` and their masses ``[A]``.
+
+    Ratios within 1e-12 relative of their group's smallest are one atom: rows
+    built as exact multiples of each other (``q = c * p`` on a group of tokens)
+    give one ratio per group, up to the rounding of the normalizing division.
+    """
     support = draft_row > 0
-    ratios, inverse = torch.unique(target_row[support] / draft_row[support], return_inverse=True)
-    mass = torch.zeros_like(ratios).scatter_add_(0, inverse, draft_row[support])
+    raw, order = torch.sort(target_row[support] / draft_row[support])
+    new_group = torch.ones_like(raw, dtype=torch.bool)
+    new_group[1:] = raw[1:] - raw[:-1] > 1e-12 * raw[1:]
+    inverse = torch.cumsum(new_group.long(), 0) - 1
+    ratios = raw[new_group]
+    mass = torch.zeros_like(ratios).scatter_add_(0, inverse, draft_row[support][order])
     return ratios, mass
 
 
