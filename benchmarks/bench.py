@@ -422,11 +422,14 @@ def main(argv=None) -> int:
 
         e2e_rows = e2e.bench_rows(sv)
         runtimes = e2e.runtime_rows(sv)
+        print("token-wise vs block verification on the shipped pair (examples/e2e.py method_rows):")
+        method_rows = e2e.method_rows(sv)
     out = pathlib.Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(build=info, threads=args.threads, rows=rows, call_overhead=overhead,
                                    batched=scaling, verify_logits=logits_rows, end_to_end=e2e_rows,
                                    end_to_end_runtimes=runtimes,
+                                   end_to_end_methods=None if args.quick else method_rows,
                                    torch=torch.__version__), indent=2, default=str))
     print(f"bench: wrote {out}")
     return 0
