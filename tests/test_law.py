@@ -648,8 +648,19 @@ def _measured_block_joint(verify, target: torch.Tensor, draft: torch.Tensor) -> 
     return joint
 
 
+def _block_cases():
+    """The paper's example, dense random pairs (p_i < 1 with a positive residual, where
+    h_i < p_i: the sparse ``_cases`` rarely get there), and some sparse ones."""
+    yield [[1, 2], [1, 2], [1, 2]], [[2, 1], [2, 1]]
+    rng = random.Random(31)
+    for k, vocab in ((2, 2), (2, 3), (3, 2), (3, 3), (2, 4)):
+        yield ([[rng.randint(1, 6) for _ in range(vocab)] for _ in range(k + 1)],
+               [[rng.randint(1, 6) for _ in range(vocab)] for _ in range(k)])
+    yield from _cases(6, seed=999)
+
+
 @pytest.mark.parametrize("path", ["kernel", "reference"])
-@pytest.mark.parametrize("case", list(_cases(12, seed=999)), ids=lambda c: f"K{len(c[1])}V{len(c[0][0])}")
+@pytest.mark.parametrize("case", list(_block_cases()), ids=lambda c: f"K{len(c[1])}V{len(c[0][0])}")
 def test_block_verifier_output_law_equals_law_exactly(sv, law, path, case):
     target_w, draft_w = case
     k, vocab = len(draft_w), len(target_w[0])
@@ -658,3 +669,16 @@ def test_block_verifier_output_law_equals_law_exactly(sv, law, path, case):
     verify = sv.verify_block if path == "kernel" else sv.reference.verify_block
     measured = _measured_block_joint(verify, target, draft)
     assert torch.allclose(measured, law.block_joint_law(target, draft), atol=1e-12, rtol=0)
+
+
+def test_block_interval_enumeration_detects_h_equal_to_p(sv, law, monkeypatch):
+    """Negative control for the test above: the reference with h_i = p_i is caught."""
+    monkeypatch.setattr(sv.reference, "block_stops", lambda *args: True)
+    caught = 0
+    for target_w, draft_w in _block_cases():
+        k, vocab = len(draft_w), len(target_w[0])
+        target = torch.tensor(target_w, dtype=torch.float32)
+        draft = torch.tensor(draft_w, dtype=torch.float32).reshape(k, vocab)
+        measured = _measured_block_joint(sv.reference.verify_block, target, draft)
+        caught += not torch.allclose(measured, law.block_joint_law(target, draft), atol=1e-6)
+    assert caught >= 3  # the paper's example and most dense pairs
