@@ -313,6 +313,23 @@ def _run_batch(shape, decide) -> tuple[torch.Tensor, torch.Tensor]:
 # ----------------------------------------------------------------------------
 
 
+def _sampled_probs(sequence, target_probs, draft_probs, draft_tokens, generator, uniforms) -> tuple[int, int]:
+    """One sequence decided by ``sequence`` (token-wise or block) with K+1 uniforms."""
+    shape = check_sequences(target_probs, draft_probs, draft_tokens, batched=False,
+                            target_name="target_probs", draft_name="draft_probs")
+    u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=True)
+    return sequence(ProbRows(target_probs, draft_probs), draft_tokens.tolist(), u.tolist())
+
+
+def _sampled_probs_batched(sequence, target_probs, draft_probs, draft_tokens, num_draft_tokens, generator, uniforms):
+    """B sequences decided by ``sequence``; sequence b uses u[b, :k_b] for its tests and u[b, k_b] to draw."""
+    shape = check_sequences(target_probs, draft_probs, draft_tokens, num_draft_tokens, batched=True,
+                            target_name="target_probs", draft_name="draft_probs")
+    u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=True)
+    return _run_batch(shape, lambda b, kb: sequence(
+        ProbRows(target_probs[b], draft_probs[b], (b,)), draft_tokens[b, :kb].tolist(), u[b, : kb + 1].tolist()))
+
+
 def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
     """Reference ``spec_verify.verify_greedy``."""
     check_sequences(target_probs, None, draft_tokens, batched=False, target_name="target_probs", draft_name=None)
@@ -321,10 +338,7 @@ def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tup
 
 def verify_sampled(target_probs, draft_probs, draft_tokens, *, generator=None, uniforms=None) -> tuple[int, int]:
     """Reference ``spec_verify.verify_sampled``."""
-    shape = check_sequences(target_probs, draft_probs, draft_tokens, batched=False,
-                            target_name="target_probs", draft_name="draft_probs")
-    u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=True)
-    return sampled_sequence(ProbRows(target_probs, draft_probs), draft_tokens.tolist(), u.tolist())
+    return _sampled_probs(sampled_sequence, target_probs, draft_probs, draft_tokens, generator, uniforms)
 
 
 def verify_greedy_batched(target_probs, draft_tokens, num_draft_tokens=None):
@@ -338,30 +352,20 @@ def verify_greedy_batched(target_probs, draft_tokens, num_draft_tokens=None):
 def verify_sampled_batched(target_probs, draft_probs, draft_tokens, num_draft_tokens=None, *,
                            generator=None, uniforms=None):
     """Reference ``spec_verify.verify_sampled_batched``."""
-    shape = check_sequences(target_probs, draft_probs, draft_tokens, num_draft_tokens, batched=True,
-                            target_name="target_probs", draft_name="draft_probs")
-    u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=True)
-    # Sequence b uses u[b, :k_b] for its tests and u[b, k_b] for its final draw.
-    return _run_batch(shape, lambda b, kb: sampled_sequence(
-        ProbRows(target_probs[b], draft_probs[b], (b,)), draft_tokens[b, :kb].tolist(), u[b, : kb + 1].tolist()))
+    return _sampled_probs_batched(sampled_sequence, target_probs, draft_probs, draft_tokens, num_draft_tokens,
+                                  generator, uniforms)
 
 
 def verify_block(target_probs, draft_probs, draft_tokens, *, generator=None, uniforms=None) -> tuple[int, int]:
     """Reference ``spec_verify.verify_block``."""
-    shape = check_sequences(target_probs, draft_probs, draft_tokens, batched=False,
-                            target_name="target_probs", draft_name="draft_probs")
-    u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=True)
-    return block_sequence(ProbRows(target_probs, draft_probs), draft_tokens.tolist(), u.tolist())
+    return _sampled_probs(block_sequence, target_probs, draft_probs, draft_tokens, generator, uniforms)
 
 
 def verify_block_batched(target_probs, draft_probs, draft_tokens, num_draft_tokens=None, *,
                          generator=None, uniforms=None):
     """Reference ``spec_verify.verify_block_batched``."""
-    shape = check_sequences(target_probs, draft_probs, draft_tokens, num_draft_tokens, batched=True,
-                            target_name="target_probs", draft_name="draft_probs")
-    u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=True)
-    return _run_batch(shape, lambda b, kb: block_sequence(
-        ProbRows(target_probs[b], draft_probs[b], (b,)), draft_tokens[b, :kb].tolist(), u[b, : kb + 1].tolist()))
+    return _sampled_probs_batched(block_sequence, target_probs, draft_probs, draft_tokens, num_draft_tokens,
+                                  generator, uniforms)
 
 
 # ----------------------------------------------------------------------------

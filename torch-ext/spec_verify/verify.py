@@ -342,19 +342,9 @@ def verify_block_batched(
 
     Parameters
     ----------
-    target_probs : torch.Tensor
-        ``[B, K+1, V]``; the rules of ``verify_sampled_batched``.
-    draft_probs : torch.Tensor
-        ``[B, K, V]``, same dtype.
-    draft_tokens : torch.Tensor
-        ``[B, K]``, int64 or int32.
-    num_draft_tokens : torch.Tensor, optional
-        ``[B]``, each ``k_b`` in ``[0, K]`` (None: all K).
-    generator : torch.Generator, optional
-        ``B * (K+1)`` draws, as ``torch.rand(B, K+1, dtype=torch.float64)``.
-    uniforms : torch.Tensor, optional
-        ``[B, K+1]`` float64 in ``[0, 1)``: sequence ``b`` uses
-        ``uniforms[b, :k_b]`` for its tests and ``uniforms[b, k_b]`` for its draw.
+    target_probs, draft_probs, draft_tokens, num_draft_tokens, generator, uniforms
+        ``[B, K+1, V]``, ``[B, K, V]``, ``[B, K]``, ``[B]`` (optional) and
+        ``[B, K+1]`` (optional): exactly as ``verify_sampled_batched``.
 
     Returns
     -------
