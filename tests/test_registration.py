@@ -169,7 +169,10 @@ def _fake_shapes_probs(sv, mode):
     target, draft, tokens, uniforms = (mode.from_tensor(t) for t in _sample_args())
     out = sv.ops.verify_sampled(target, draft, tokens, uniforms, None)
     batched = sv.ops.verify_greedy_batched(target.repeat(4, 1, 1), tokens.repeat(4, 1), None)
-    return out, batched, []
+    block = sv.ops.verify_block(target, draft, tokens, uniforms, None)
+    block_batched = sv.ops.verify_block_batched(target.repeat(4, 1, 1), draft.repeat(4, 1, 1), tokens.repeat(4, 1),
+                                                None, None, None)
+    return out, batched, [(block, (2,), torch.int64)] + [(t, (4,), torch.int64) for t in block_batched]
 
 
 def _fake_shapes_logits(sv, mode):
@@ -195,16 +198,21 @@ def test_fake_implementations_give_the_real_shapes(sv, family, shapes):
 
 TRACEABLE = {  # the traceable op of each random family, called positionally
     "sampled": lambda sv, target, draft, tokens, u: sv.ops.verify_sampled(target, draft, tokens, u, None),
+    "block": lambda sv, target, draft, tokens, u: sv.ops.verify_block(target, draft, tokens, u, None),
+    "logits-block": lambda sv, target, draft, tokens, u: sv.ops.verify_logits(target, draft, tokens, *WARP, u, None,
+                                                                              True),
     "logits": lambda sv, target, draft, tokens, u: sv.ops.verify_logits(target, draft, tokens, *WARP, u, None),
 }
 
 
 def _family_args(sv, name):
-    return _sample_args() if OPS[name].rows == "probs" else _logits_args(sv)
+    return _sample_args() if OPS[name.split("-")[0]].rows == "probs" else _logits_args(sv)
 
 
 def _warp_kwargs(name):
-    return {} if OPS[name].rows == "probs" else dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP))
+    if OPS[name.split("-")[0]].rows == "probs":
+        return {}
+    return dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP), **({"method": "block"} if "block" in name else {}))
 
 
 @pytest.mark.parametrize("name", sorted(TRACEABLE))
@@ -216,7 +224,7 @@ def test_ops_compile_with_fullgraph(sv, name):
 
     compiled = torch.compile(decide, fullgraph=True, backend="eager")
     assert compiled(target, draft, tokens, uniforms).tolist() == list(
-        OPS[name].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
+        OPS[name.split("-")[0]].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
     )
 
 
