@@ -11,7 +11,7 @@ uniforms and draft counts, generators of the wrong type, warping arguments
 beyond float and int64 range. A crash (a segfault, an abort) fails the run.
 
 Bounded for ``make test`` (``SV_HOSTILE_EXAMPLES`` examples per op, default
-150, derandomized so the run is reproducible); a long run:
+60, derandomized so the run is reproducible); a long run:
 ``SV_HOSTILE_EXAMPLES=20000 pytest tests/test_hostile_input.py`` (random
 seeds). The number of cases run is printed (``-s`` shows it).
 """
