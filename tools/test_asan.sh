@@ -35,7 +35,7 @@ export LD_PRELOAD="$(readlink -f "$asan") $(readlink -f "$ubsan") $(readlink -f 
 export ASAN_OPTIONS="log_path=$PWD/$reports/asan:detect_leaks=0:halt_on_error=1:abort_on_error=1:verify_asan_link_order=0"
 export UBSAN_OPTIONS="log_path=$PWD/$reports/ubsan:print_stacktrace=1:halt_on_error=1"
 status=0
-"$PY" -m pytest tests -q -p no:cacheprovider "$@" || status=$?
+"$PY" -m pytest -q -p no:cacheprovider "${@:-tests}" || status=$?
 unset LD_PRELOAD
 if compgen -G "$reports/*" > /dev/null; then
   echo "test-asan: sanitizer reports in $reports:" >&2
