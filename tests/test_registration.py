@@ -196,6 +196,42 @@ def test_fake_implementations_give_the_real_shapes(sv, family, shapes):
         assert tuple(tensor.shape) == shape and tensor.dtype == dtype
 
 
+def _meta_mixed_cases(sv):
+    """(op, args) with exactly one tensor argument moved to the meta device."""
+    for name, calls in _tensor_op_cases(sv).items():
+        args = calls[0]
+        tensors = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
+        for i in tensors if len(tensors) > 1 else []:  # all on meta is shape inference, and fine
+            yield name, i, args[:i] + (args[i].to("meta"),) + args[i + 1:]
+
+
+def test_raw_ops_refuse_a_meta_tensor_among_cpu_tensors(sv):
+    t = _sample_args()[0]
+    assert sv.ops.warp_probs(t.to("meta"), *WARP, True).is_meta  # every tensor on meta: shapes only
+    # The dispatcher runs the fake for a meta argument: it must refuse the mix,
+    # not return an uninitialized CPU tensor as if it were a result.
+    cases = list(_meta_mixed_cases(sv))
+    assert len(cases) >= 20
+    for name, i, args in cases:
+        with pytest.raises(ValueError, match="one device"):
+            getattr(sv.ops, name)(*args)
+            pytest.fail(f"{name} with argument {i} on meta returned")
+
+
+def test_fakes_refuse_bad_shapes(sv):
+    target, draft, tokens, uniforms = _sample_args()
+    with FakeTensorMode() as mode:
+        t, d, ids, u = (mode.from_tensor(x) for x in (target, draft, tokens, uniforms))
+        with pytest.raises(ValueError, match="target_probs must have K\\+1"):
+            sv.ops.verify_greedy(t[:2], ids)
+        with pytest.raises(ValueError, match="uniforms must have shape"):
+            sv.ops.verify_sampled(t, d, ids, u[:2], None)
+        with pytest.raises(TypeError, match="draft_tokens must be int64"):
+            sv.ops.verify_greedy(t, ids.float())
+        with pytest.raises(ValueError, match="temperature"):
+            sv.ops.warp_probs(d, -1.0, 0, 1.0, 0.0, True)
+
+
 TRACEABLE = {  # the traceable op of each random family, called positionally
     "sampled": lambda sv, target, draft, tokens, u: sv.ops.verify_sampled(target, draft, tokens, u, None),
     "block": lambda sv, target, draft, tokens, u: sv.ops.verify_block(target, draft, tokens, u, None),

@@ -76,6 +76,7 @@ part of the kernel package that ``kernels`` loads.
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
@@ -221,6 +222,9 @@ def _resolve_warping(declared, draft_step, target_step, greedy: bool) -> LogitsW
 # ----------------------------------------------------------------------------
 
 
+_BUFFER_START = 1024  # output slots allocated up front; the buffer doubles past them
+
+
 @dataclass
 class DecodeStats:
     """What one ``SpeculativeDecoder.generate`` call did, round by round.
@@ -242,7 +246,8 @@ class DecodeStats:
         Tokens appended to the prompt (after truncation at ``eos_token_id``).
     histogram : list[int]
         ``histogram[j]`` = rounds that accepted exactly ``j`` draft tokens,
-        ``j = 0 .. k``; sums to ``rounds``.
+        ``j = 0 .. min(k, max_new - 1)`` (the longest round the run can
+        draft; ``k`` itself may be huge); sums to ``rounds``.
     per_round : list[tuple[int, int]]
         ``(drafted, accepted)`` for every round, in order.
     draft_seconds, target_seconds, verify_seconds, total_seconds : float
@@ -275,6 +280,7 @@ class DecodeStats:
     def __post_init__(self) -> None:
         if not self.histogram:
             self.histogram = [0] * (self.k + 1)
+        self.histogram = list(self.histogram)
 
     def record_round(self, drafted: int, accepted: int) -> None:
         """Add one round that drafted ``drafted`` and accepted ``accepted`` tokens."""
@@ -395,15 +401,27 @@ def _eos_set(eos_token_id) -> frozenset:
 def _as_tokens(value, where: str) -> torch.Tensor:
     """Callback tokens as a 1-D int64 CPU tensor, or a clear error."""
     if isinstance(value, (list, tuple)):
+        # Checked element by element: torch.tensor(..., dtype=int64) would
+        # silently truncate a float (1.7 -> 1) and wrap nothing else.
+        bad = [v for v in value if isinstance(v, bool) or not isinstance(v, numbers.Integral)]
+        if bad:
+            raise TypeError(f"{where} returned tokens that are not integers: {bad[0]!r}")
         try:
             value = torch.tensor(value, dtype=torch.int64)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"{where} returned tokens that are not integers: {err}") from None
+        except (TypeError, ValueError, OverflowError, RuntimeError) as err:
+            raise TypeError(f"{where} returned tokens that are not int64 token ids: {err}") from None
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{where} returned tokens of type {type(value).__name__}, expected a 1-D int tensor")
     if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
         raise TypeError(f"{where} returned tokens of dtype {value.dtype}, expected int64 or int32")
+    _check_has_values(value, where, "tokens")
     return value.to(device="cpu", dtype=torch.int64)
+
+
+def _check_has_values(value: torch.Tensor, where: str, what: str) -> None:
+    # A meta tensor holds a shape but no values: nothing to decode with.
+    if value.is_meta:
+        raise ValueError(f"{where} returned {what} as a meta tensor, which holds no values")
 
 
 def _check_rows(value, where: str, what: str, count: int, expected: str) -> torch.Tensor:
@@ -416,6 +434,7 @@ def _check_rows(value, where: str, what: str, count: int, expected: str) -> torc
         raise ValueError(f"{where} returned {what} of shape {tuple(value.shape)}, expected 2-D [rows, V]")
     if value.shape[0] != count:
         raise ValueError(f"{where} returned {what} of shape {tuple(value.shape)}: expected {expected}")
+    _check_has_values(value, where, what)
     return value
 
 
@@ -442,16 +461,22 @@ def _check_draft_result(result, k_round: int, rows_name: str, needs_rows: bool):
     return tokens, _check_rows(rows, where, rows_name, k_round, f"{k_round} rows, one per token")
 
 
-def _check_draft_against_target(tokens: list, draft_rows, vocab: int, rows_name: str, sampled_probs: bool) -> None:
-    """Draft tokens inside the target's vocabulary, draft rows over it; when
-    sampling from probability rows, each token of positive draft mass."""
-    where = f"draft_step(prefix, k={len(tokens)})"
+def _check_draft_ids(tokens: list, vocab: int) -> None:
+    """Draft token ids inside the target's vocabulary ``[0, V)``."""
     if tokens:
         lo, hi = min(tokens), max(tokens)
         if lo < 0 or hi >= vocab:
             raise ValueError(
-                f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
+                f"draft_step(prefix, k={len(tokens)}) returned token {lo if lo < 0 else hi}, "
+                f"outside the target's vocabulary [0, {vocab})"
             )
+
+
+def _check_draft_against_target(tokens: list, draft_rows, vocab: int, rows_name: str, sampled_probs: bool) -> None:
+    """Draft tokens inside the target's vocabulary, draft rows over it; when
+    sampling from probability rows, each token of positive draft mass."""
+    where = f"draft_step(prefix, k={len(tokens)})"
+    _check_draft_ids(tokens, vocab)
     if draft_rows is None:
         return
     if draft_rows.shape[1] != vocab:
@@ -639,19 +664,30 @@ class SpeculativeDecoder:
         """
         prompt = _check_prompt(prompt_ids)
         max_new = _check_int("max_new", max_new, 0)
-        stats = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping)
+        # Sized by what a run can use, not by k or max_new alone: k=10**7 or
+        # max_new=2**62 must not allocate 10**7 counters or 2**62 slots up front.
+        longest_round = min(self.k, max(max_new - 1, 0))
+        stats = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping,
+                            histogram=[0] * (longest_round + 1))
         self.stats = stats
         self._vocab = None  # learnt from the first target call of this run
         start = time.perf_counter()
-        # One buffer for the whole output; callbacks see views of its filled part.
-        buffer = torch.empty(len(prompt) + max_new, dtype=torch.int64)
+        # One buffer for the output, grown by doubling; callbacks see views of its filled part.
+        buffer = torch.empty(len(prompt) + min(max_new, _BUFFER_START), dtype=torch.int64)
         buffer[: len(prompt)] = prompt
         length = len(prompt)
         while length - len(prompt) < max_new:
             # Draft at most remaining - 1: a round emits accepted + 1 tokens.
             k_round = min(self.k, max_new - (length - len(prompt)) - 1)
+            if length + k_round + 1 > len(buffer):
+                grown = torch.empty(max(2 * len(buffer), length + k_round + 1), dtype=torch.int64)
+                grown[:length] = buffer[:length]
+                buffer = grown
             prefix = buffer[:length]
             draft_tokens, draft_rows = self._draft(prefix, k_round)
+            if self._vocab is not None:
+                # V is known from round 1: bad ids never reach target_step.
+                _check_draft_ids(draft_tokens.tolist(), self._vocab)
             target_rows = self._target(prefix, draft_tokens)
             n_accepted, next_token = self._verify(target_rows, draft_tokens, draft_rows)
             stats.record_round(k_round, n_accepted)

@@ -33,6 +33,8 @@ import math
 
 import torch
 
+from ._checks import check_has_values
+
 __all__ = [
     "acceptance_rates",
     "accepted_length_pmf",
@@ -62,6 +64,7 @@ def _as_float64_rows(name: str, probs: torch.Tensor) -> torch.Tensor:
         )
     if probs.shape[-1] < 1:
         raise ValueError(f"{name} must have a vocabulary of at least one token, got shape {tuple(probs.shape)}")
+    check_has_values(**{name: probs})
     rows = probs.detach().to(device="cpu", dtype=torch.float64)
     bad = ~(torch.isfinite(rows) & (rows >= 0))
     if bool(bad.any()):
@@ -106,6 +109,7 @@ def _check_alpha(alpha) -> torch.Tensor:
     if isinstance(alpha, torch.Tensor):
         if not alpha.dtype.is_floating_point:
             raise TypeError(f"alpha must be a floating-point tensor, got {alpha.dtype}")
+        check_has_values(alpha=alpha)
         a = alpha.detach().to(device="cpu", dtype=torch.float64)
     elif isinstance(alpha, (list, tuple)):
         try:

@@ -28,11 +28,15 @@ from __future__ import annotations
 import torch
 
 from ._checks import (
+    check_flag,
+    check_generator,
+    check_has_values,
     check_rows_tensor,
     check_sequences,
     check_uniforms,
     check_vocab,
     checked_argmax,
+    warp_scalars,
     where,
 )
 from .warping import Warp, check_warp, warp_row, warp_weights
@@ -94,6 +98,14 @@ def _draw_correction(p, q, p_mass, q_mass, u: float) -> int:
     # Fallback: the residual rounded to zero everywhere (p equals q to within
     # rounding), so the target row itself is the residual's law.
     return inverse_cdf(p, u)
+
+
+def _checked_warp(generator, temperature, top_k, top_p, min_p) -> Warp:
+    # The wrappers' order, so both paths name the same argument first: the
+    # warping's types, the generator, then the warping's values (in the op).
+    scalars = warp_scalars(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    return check_warp(*scalars)
 
 
 def _draw_uniforms(count: int, generator: torch.Generator | None) -> torch.Tensor:
@@ -315,6 +327,7 @@ def _run_batch(shape, decide) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _sampled_probs(sequence, target_probs, draft_probs, draft_tokens, generator, uniforms) -> tuple[int, int]:
     """One sequence decided by ``sequence`` (token-wise or block) with K+1 uniforms."""
+    check_generator(generator)
     shape = check_sequences(target_probs, draft_probs, draft_tokens, batched=False,
                             target_name="target_probs", draft_name="draft_probs")
     u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=True)
@@ -323,6 +336,7 @@ def _sampled_probs(sequence, target_probs, draft_probs, draft_tokens, generator,
 
 def _sampled_probs_batched(sequence, target_probs, draft_probs, draft_tokens, num_draft_tokens, generator, uniforms):
     """B sequences decided by ``sequence``; sequence b uses u[b, :k_b] for its tests and u[b, k_b] to draw."""
+    check_generator(generator)
     shape = check_sequences(target_probs, draft_probs, draft_tokens, num_draft_tokens, batched=True,
                             target_name="target_probs", draft_name="draft_probs")
     u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=True)
@@ -389,7 +403,7 @@ def _logits_sequence(rows: WarpedRows, tokens: list[int], u, block: bool = False
 def verify_logits(target_logits, draft_logits, draft_tokens, *, temperature=1.0, top_k=0, top_p=1.0,
                   min_p=0.0, generator=None, uniforms=None, method="token") -> tuple[int, int]:
     """Reference ``spec_verify.verify_logits``."""
-    warp = check_warp(temperature, top_k, top_p, min_p)
+    warp = _checked_warp(generator, temperature, top_k, top_p, min_p)
     block = _check_method(method)
     shape = check_sequences(target_logits, draft_logits, draft_tokens, batched=False,
                             target_name="target_logits", draft_name="draft_logits")
@@ -402,7 +416,7 @@ def verify_logits_batched(target_logits, draft_logits, draft_tokens, num_draft_t
                           temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None,
                           method="token"):
     """Reference ``spec_verify.verify_logits_batched``."""
-    warp = check_warp(temperature, top_k, top_p, min_p)
+    warp = _checked_warp(generator, temperature, top_k, top_p, min_p)
     block = _check_method(method)
     shape = check_sequences(target_logits, draft_logits, draft_tokens, num_draft_tokens, batched=True,
                             target_name="target_logits", draft_name="draft_logits")
@@ -421,9 +435,10 @@ def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0
     inverse CDF over its warped weights: the smallest id whose cumulative
     weight exceeds ``u * total``. Temperature 0: the argmax, no uniform used.
     """
-    warp = check_warp(temperature, top_k, top_p, min_p)
+    warp = _checked_warp(generator, temperature, top_k, top_p, min_p)
     check_rows_tensor("draft_logits", draft_logits, None)
     check_vocab("draft_logits", draft_logits.shape[-1] if draft_logits.dim() >= 1 else 0)
+    check_has_values(draft_logits=draft_logits)
     rows = draft_logits.reshape(-1, draft_logits.shape[-1])
     count = rows.shape[0]
     if isinstance(uniforms, torch.Tensor):
@@ -441,6 +456,9 @@ def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0
 def warp_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, normalize=True) -> torch.Tensor:
     """Reference ``spec_verify.warp_probs``: the warped weights, divided by their
     float64 sum (rounded once to float32) when ``normalize``."""
+    scalars = warp_scalars(temperature, top_k, top_p, min_p)
+    check_flag("normalize", normalize)
+    check_warp(*scalars)
     weights = warp_weights(logits, temperature, top_k, top_p, min_p)
     if not normalize:
         return weights

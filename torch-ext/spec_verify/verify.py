@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import reference
+from ._checks import check_generator
 from ._dispatch import eager, runs_in_cpp
 from ._ops import ops
 
@@ -146,6 +147,7 @@ def verify_sampled(
     ...                uniforms=torch.tensor([0.3, 0.75], dtype=torch.float64))
     (1, 1)
     """
+    check_generator(generator)  # the schema's own error names no argument
     if runs_in_cpp(target_probs, draft_probs, draft_tokens, uniforms):
         if eager():
             return ops.verify_sampled_ints(target_probs, draft_probs, draft_tokens, uniforms, generator)
@@ -245,6 +247,7 @@ def verify_sampled_batched(
     >>> n.tolist(), nxt.tolist()
     ([1], [1])
     """
+    check_generator(generator)
     if runs_in_cpp(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms):
         return ops.verify_sampled_batched(
             target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms, generator
@@ -321,6 +324,7 @@ def verify_block(
     ...              uniforms=torch.tensor([0.9, 0.9, 0.5], dtype=torch.float64))
     (2, 1)
     """
+    check_generator(generator)  # the schema's own error names no argument
     if runs_in_cpp(target_probs, draft_probs, draft_tokens, uniforms):
         if eager():
             return ops.verify_block_ints(target_probs, draft_probs, draft_tokens, uniforms, generator)
@@ -362,6 +366,7 @@ def verify_block_batched(
     >>> n.tolist(), nxt.tolist()
     ([2], [1])
     """
+    check_generator(generator)
     if runs_in_cpp(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms):
         return ops.verify_block_batched(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms, generator)
     return reference.verify_block_batched(
