@@ -41,6 +41,10 @@ SIGNATURES = {
                       ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
     "verify_logits_batched": (["target_logits", "draft_logits", "draft_tokens", "num_draft_tokens"],
                               ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
+    # Block verification takes verify_sampled's arguments under the same rules.
+    "verify_block": (["target_probs", "draft_probs", "draft_tokens"], ["generator", "uniforms"]),
+    "verify_block_batched": (["target_probs", "draft_probs", "draft_tokens", "num_draft_tokens"],
+                             ["generator", "uniforms"]),
     "sample_draft": (["draft_logits"], ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
     "warp_probs": (["logits"], ["temperature", "top_k", "top_p", "min_p", "normalize"]),
 }
