@@ -4,6 +4,8 @@
 #   make bench  speed against naive torch, transformers and the bandwidth floor
 #   make build  compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
 #   make test-aarch64  the tests on aarch64 (NEON) under qemu-user emulation (root)
+#   make abi-check     kernel-abi-check (manylinux_2_28, abi3 3.9) on every variant in build/
+#   make release       the four Hub variants (torch 2.12/2.13 x x86_64/aarch64), then abi-check
 
 PYTHON ?= python3
 VENV   := .venv
@@ -41,3 +43,20 @@ clean:
 .PHONY: test-aarch64
 test-aarch64: $(STAMP)
 	bash tools/aarch64/run.sh
+
+# kernel-abi-check, in its own venv (a tool, not a project dependency).
+ABI_VENV  := .venv-abi
+ABI_STAMP := $(ABI_VENV)/.installed
+$(ABI_STAMP):
+	$(PYTHON) -m venv $(ABI_VENV)
+	$(ABI_VENV)/bin/python -m pip install --quiet kernel-abi-check==0.14.1
+	touch $(ABI_STAMP)
+
+.PHONY: abi-check release
+abi-check: $(ABI_STAMP)
+	$(ABI_VENV)/bin/python tools/abi_check.py
+
+# Downloads the torch wheels it needs into .cache/wheels/ (git-ignored, ~1.3 GB).
+release: $(STAMP) $(ABI_STAMP)
+	$(PY) tools/release.py
+	$(ABI_VENV)/bin/python tools/abi_check.py

@@ -68,7 +68,7 @@ inline bool accepts(double u, const Weighed& w) {
 // scaled by P * Q, so no division. r is written twice, and the two must agree
 // to the bit with each other and with the pure-torch reference: the scalar
 // residual() below (the inverse-CDF walk inside a block, and the sparse
-// logits rows) and the vectorized residual_row() in csrc/cpu/rows.cpp (the
+// logits rows) and the vectorized residual_row() in csrc/cpu/rows_impl.h (the
 // block sums that pick the block). Both evaluate the same expression in the
 // same order -- t * Q, then d * P, then the difference, then the clamp at 0 --
 // in float64 with no FMA (the build passes -ffp-contract=off). Reordering

@@ -32,7 +32,7 @@ class Mutant:
 
 
 MUTANTS = [
-    Mutant("ties go to the highest id", "csrc/cpu/rows.cpp",
+    Mutant("ties go to the highest id", "csrc/cpu/rows_impl.h",
            "if (block_max > best) {", "if (block_max >= best) {",
            ["tests/test_match_reference.py"]),
     Mutant("greedy reads every row (not lazy)", "csrc/decide.h",
@@ -62,7 +62,7 @@ MUTANTS = [
     Mutant("fake output has the wrong shape", "torch-ext/spec_verify/_fake.py",
            "    batch = draft_tokens.shape[0]\n    return (", "    batch = draft_tokens.shape[0] + 1\n    return (",
            ["tests/test_registration.py"]),
-    Mutant("row mass rounded to float32 per block", "csrc/cpu/rows.cpp",
+    Mutant("row mass rounded to float32 per block", "csrc/cpu/rows_impl.h",
            "    return sum_lanes((s0 + s1) + (s2 + s3));",
            "    return static_cast<float>(sum_lanes((s0 + s1) + (s2 + s3)));",
            ["tests/test_match_reference.py"]),
