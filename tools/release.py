@@ -14,6 +14,7 @@ variant's .so goes through kernel-abi-check (tools/abi_check.py).
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import zipfile
@@ -58,9 +59,17 @@ def torch_dir(version: str, machine: str) -> Path:
     return dest / "torch"
 
 
-def main() -> int:
-    subprocess.run([PY, str(ROOT / "tools" / "build_kernel.py")], check=True)
-    for version, machine, cxx in VARIANTS:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", metavar="VERSION-MACHINE",
+                        help="build one non-host variant, e.g. 2.12.1-x86_64 (make test-torch212)")
+    args = parser.parse_args(argv)
+    chosen = [v for v in VARIANTS if args.only in (None, f"{v[0]}-{v[1]}")]
+    if not chosen:
+        parser.error(f"--only {args.only}: not one of {', '.join(f'{v}-{m}' for v, m, _ in VARIANTS)}")
+    if args.only is None:
+        subprocess.run([PY, str(ROOT / "tools" / "build_kernel.py")], check=True)
+    for version, machine, cxx in chosen:
         subprocess.run([PY, str(ROOT / "tools" / "build_kernel.py"), "--arch", machine, "--cxx", cxx,
                         "--torch-dir", str(torch_dir(version, machine))], check=True)
     return 0
