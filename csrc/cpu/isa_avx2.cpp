@@ -10,18 +10,7 @@
 #error "csrc/cpu/isa_avx2.cpp enables AVX2 with GCC's target pragma; build x86-64 with GCC"
 #endif
 #pragma GCC target("avx2,fma,f16c")
-// GCC's C++ front end does not define the feature macros for a target
-// pragma (-mavx2 would): define the ones -mavx2 -mfma -mf16c define, so
-// ATen's Vectorized and Sleef's headers declare their AVX2 code.
-#define __AVX__ 1
-#define __AVX2__ 1
-#define __FMA__ 1
-#define __F16C__ 1
-#define __SSE3__ 1
-#define __SSSE3__ 1
-#define __SSE4_1__ 1
-#define __SSE4_2__ 1
-#define __POPCNT__ 1
+#include "isa_x86_avx2_macros.h"
 #define CPU_CAPABILITY AVX2
 #define CPU_CAPABILITY_AVX2
 #include "isa_body.h"

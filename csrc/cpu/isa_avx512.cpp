@@ -6,18 +6,8 @@
 #error "csrc/cpu/isa_avx512.cpp enables AVX-512 with GCC's target pragma; build x86-64 with GCC"
 #endif
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
-// GCC's C++ front end does not define the feature macros for a target
-// pragma (-mavx2 would): define the ones -mavx512{f,bw,vl,dq} -mfma -mf16c define,
-// so ATen's Vectorized and Sleef's headers declare their AVX-512 code.
-#define __AVX__ 1
-#define __AVX2__ 1
-#define __FMA__ 1
-#define __F16C__ 1
-#define __SSE3__ 1
-#define __SSSE3__ 1
-#define __SSE4_1__ 1
-#define __SSE4_2__ 1
-#define __POPCNT__ 1
+#include "isa_x86_avx2_macros.h"
+// And the AVX-512 ones -mavx512{f,bw,vl,dq} define (same reason).
 #define __AVX512F__ 1
 #define __AVX512BW__ 1
 #define __AVX512VL__ 1
