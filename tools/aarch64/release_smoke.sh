@@ -29,7 +29,10 @@ install_torch() {
       --platform manylinux_2_28_aarch64 --python-version 3.11 -d "$REPO/.cache/wheels"
     wheel=$(ls "$REPO"/.cache/wheels/torch-"$version"-cp311-cp311-manylinux_2_28_aarch64.whl)
   fi
-  local target=(--target "$dest" --platform manylinux_2_28_aarch64 --python-version 3.11 --only-binary=:all: --quiet)
+  # The root is bookworm (glibc 2.36): wheels tagged up to manylinux_2_36 run there (cuBLAS ships 2_34).
+  local target=(--target "$dest" --python-version 3.11 --only-binary=:all: --quiet)
+  local tag
+  for tag in 28 31 34 35 36; do target+=(--platform "manylinux_2_${tag}_aarch64"); done
   unzip -p "$wheel" "torch-$version.dist-info/METADATA" | sed -n 's/^Requires-Dist: //p' \
     | grep -E '^(cuda-toolkit|nvidia-)' | sed 's/;.*//' >"$CACHE/torch-$version-runtime.txt"
   "$HOST_PYTHON" -m pip install "${target[@]}" --no-deps "$wheel"
