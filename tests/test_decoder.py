@@ -269,6 +269,33 @@ def test_sampled_sequences_follow_the_target_law(sv, k, length):
     assert pvalue > ALPHA
 
 
+def test_block_sampled_sequences_follow_the_target_law(sv):
+    """method="block": the same law (the exact proof is tests/test_law.py's enumeration)."""
+    tables = Tables()
+    decoder = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=3, greedy=False,
+                                    generator=torch.Generator().manual_seed(99), method="block")
+    pvalue, accepted, drafted = _sequence_pvalue(decoder, tables, PROMPT, 4, SAMPLED_RUNS)
+    print(f"\nblock k=3, 4 new tokens: chi-square p = {pvalue:.4f} (alpha {ALPHA}), acceptance {accepted}/{drafted}")
+    assert 0 < accepted < drafted
+    assert pvalue > ALPHA
+
+
+def test_block_logits_sequences_follow_the_warped_target_law(sv):
+    tables = LogitTables(sv, _warping(0.8, 0, 1.0))
+    decoder = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=2, greedy=False,
+                                    generator=torch.Generator().manual_seed(7), method="block",
+                                    warping=_warping(0.8, 0, 1.0))
+    pvalue, accepted, drafted = _sequence_pvalue(decoder, tables, PROMPT, LENGTH, SAMPLED_RUNS)
+    assert 0 < accepted < drafted
+    assert pvalue > ALPHA
+
+
+def test_block_method_is_named(sv):
+    tables = Tables()
+    with pytest.raises(ValueError, match="method must be"):
+        sv.SpeculativeDecoder(tables.draft_step, tables.target_step, method="blocks")
+
+
 def _keeps_rejected_token(sv):
     class KeepsRejectedToken(sv.SpeculativeDecoder):
         """Broken: on a rejection keeps the rejected draft token instead of the correction."""

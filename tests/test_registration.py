@@ -117,6 +117,9 @@ def _tensor_op_cases(sv):
                            (target.bfloat16(), draft.bfloat16(), tokens, uniforms, None)],
         "verify_greedy_batched": [(b_target, b_tokens, counts), (b_target, b_tokens, None)],
         "verify_sampled_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
+        "verify_block": [(target, draft, tokens, uniforms, None),
+                         (target.half(), draft.half(), tokens.int(), uniforms, None)],
+        "verify_block_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
         "verify_logits": [(lt, ld, ltok, *WARP, lu, None),
                           (lt.bfloat16(), ld.bfloat16(), ltok.int(), 0.0, 0, 1.0, 0.0, None, None)],
         "verify_logits_batched": [(lt.repeat(2, 1, 1), ld.repeat(2, 1, 1), ltok.repeat(2, 1), torch.tensor([4, 1]),
@@ -130,10 +133,11 @@ def _tensor_op_cases(sv):
 # cannot stand for: their schema and autograd registration are checked, and
 # they must agree with the traceable forms (named here).
 INT_OPS = {"verify_greedy_ints": "verify_greedy", "verify_sampled_ints": "verify_sampled",
-           "verify_logits_ints": "verify_logits"}
+           "verify_logits_ints": "verify_logits", "verify_block_ints": "verify_block"}
 # No tensor in or out (a string): nothing to trace or compare under aot_dispatch.
 NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "test_faketensor")}
 TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
+              "verify_block", "verify_block_batched",
               "verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
 EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
 
@@ -170,7 +174,10 @@ def _fake_shapes_probs(sv, mode):
     target, draft, tokens, uniforms = (mode.from_tensor(t) for t in _sample_args())
     out = sv.ops.verify_sampled(target, draft, tokens, uniforms, None)
     batched = sv.ops.verify_greedy_batched(target.repeat(4, 1, 1), tokens.repeat(4, 1), None)
-    return out, batched, []
+    block = sv.ops.verify_block(target, draft, tokens, uniforms, None)
+    block_batched = sv.ops.verify_block_batched(target.repeat(4, 1, 1), draft.repeat(4, 1, 1), tokens.repeat(4, 1),
+                                                None, None, None)
+    return out, batched, [(block, (2,), torch.int64)] + [(t, (4,), torch.int64) for t in block_batched]
 
 
 def _fake_shapes_logits(sv, mode):
@@ -196,16 +203,21 @@ def test_fake_implementations_give_the_real_shapes(sv, family, shapes):
 
 TRACEABLE = {  # the traceable op of each random family, called positionally
     "sampled": lambda sv, target, draft, tokens, u: sv.ops.verify_sampled(target, draft, tokens, u, None),
+    "block": lambda sv, target, draft, tokens, u: sv.ops.verify_block(target, draft, tokens, u, None),
+    "logits-block": lambda sv, target, draft, tokens, u: sv.ops.verify_logits(target, draft, tokens, *WARP, u, None,
+                                                                              True),
     "logits": lambda sv, target, draft, tokens, u: sv.ops.verify_logits(target, draft, tokens, *WARP, u, None),
 }
 
 
 def _family_args(sv, name):
-    return _sample_args() if OPS[name].rows == "probs" else _logits_args(sv)
+    return _sample_args() if OPS[name.split("-")[0]].rows == "probs" else _logits_args(sv)
 
 
 def _warp_kwargs(name):
-    return {} if OPS[name].rows == "probs" else dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP))
+    if OPS[name.split("-")[0]].rows == "probs":
+        return {}
+    return dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP), **({"method": "block"} if "block" in name else {}))
 
 
 @pytest.mark.parametrize("name", sorted(TRACEABLE))
@@ -217,7 +229,7 @@ def test_ops_compile_with_fullgraph(sv, name):
 
     compiled = torch.compile(decide, fullgraph=True, backend="eager")
     assert compiled(target, draft, tokens, uniforms).tolist() == list(
-        OPS[name].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
+        OPS[name.split("-")[0]].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
     )
 
 

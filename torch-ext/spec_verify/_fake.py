@@ -44,6 +44,22 @@ def _verify_sampled_batched_fake(
     )
 
 
+@torch.library.register_fake(add_op_namespace_prefix("verify_block"))
+def _verify_block_fake(target_probs, draft_probs, draft_tokens, uniforms=None, generator=None):
+    return target_probs.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_block_batched"))
+def _verify_block_batched_fake(
+    target_probs, draft_probs, draft_tokens, num_draft_tokens=None, uniforms=None, generator=None
+):
+    batch = draft_tokens.shape[0]
+    return (
+        target_probs.new_empty((batch,), dtype=torch.int64),
+        target_probs.new_empty((batch,), dtype=torch.int64),
+    )
+
+
 # ----------------------------------------------------------------------------
 # Logits in (csrc/logits_ops.cpp). verify_logits_ints, like the other *_ints
 # ops, has no fake on purpose.
@@ -53,7 +69,7 @@ def _verify_sampled_batched_fake(
 @torch.library.register_fake(add_op_namespace_prefix("verify_logits"))
 def _verify_logits_fake(
     target_logits, draft_logits, draft_tokens, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-    uniforms=None, generator=None,
+    uniforms=None, generator=None, block=False,
 ):
     return target_logits.new_empty((2,), dtype=torch.int64)
 
@@ -61,7 +77,7 @@ def _verify_logits_fake(
 @torch.library.register_fake(add_op_namespace_prefix("verify_logits_batched"))
 def _verify_logits_batched_fake(
     target_logits, draft_logits, draft_tokens, num_draft_tokens=None, temperature=1.0, top_k=0,
-    top_p=1.0, min_p=0.0, uniforms=None, generator=None,
+    top_p=1.0, min_p=0.0, uniforms=None, generator=None, block=False,
 ):
     batch = draft_tokens.shape[0]
     return (

@@ -83,7 +83,7 @@ from typing import Callable, Iterable, Mapping, Optional
 import torch
 
 from .logits import verify_logits
-from .verify import verify_greedy, verify_sampled
+from .verify import verify_block, verify_greedy, verify_sampled
 from .warping import check_warp
 
 __all__ = ["SpeculativeDecoder", "DecodeStats", "LogitsWarping"]
@@ -527,6 +527,10 @@ class SpeculativeDecoder:
         decide (``HFCausalLMStep`` carries one), and without any, the rows are
         probabilities. Sampled mode at temperature 0 is greedy: verified by
         ``verify_greedy``, and the draft may return ``rows=None``.
+    method : {"token", "block"}, default "token", keyword only
+        Sampled verification: token-wise (``verify_sampled`` / ``verify_logits``)
+        or block verification (``verify_block`` / ``verify_logits(method="block")``,
+        never fewer tokens per round in expectation). Ignored when greedy.
 
     Attributes
     ----------
@@ -586,6 +590,7 @@ class SpeculativeDecoder:
         generator: torch.Generator | None = None,
         *,
         warping: LogitsWarping | Mapping | None = None,
+        method: str = "token",
     ) -> None:
         if not callable(draft_step):
             raise TypeError(f"draft_step must be callable, got {type(draft_step).__name__}")
@@ -597,6 +602,10 @@ class SpeculativeDecoder:
         self.target_step = target_step
         self.k = _check_int("k", k, 1)
         self.greedy = bool(greedy)
+        if method not in ("token", "block"):
+            raise ValueError(f'method must be "token" or "block", got {method!r}')
+        # Sampled verification: token-wise or block (DESIGN.md, "Block verification"); greedy ignores it.
+        self.method = method
         self.eos_token_ids = _eos_set(eos_token_id)
         self.generator = generator
         self.warping = _resolve_warping(warping, draft_step, target_step, self.greedy)
@@ -700,10 +709,11 @@ class SpeculativeDecoder:
             else:
                 target_rows, draft_rows = _same_dtype(target_rows, draft_rows)
                 if self.warping is None:
-                    result = verify_sampled(target_rows, draft_rows, draft_tokens, generator=self.generator)
+                    verify = verify_block if self.method == "block" else verify_sampled
+                    result = verify(target_rows, draft_rows, draft_tokens, generator=self.generator)
                 else:
                     result = verify_logits(target_rows, draft_rows, draft_tokens, generator=self.generator,
-                                           **self.warping.kwargs())
+                                           method=self.method, **self.warping.kwargs())
         except (ValueError, IndexError) as err:
             raise ValueError(
                 f"verification of round {self.stats.rounds} rejected the callbacks' output "

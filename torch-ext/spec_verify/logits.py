@@ -39,6 +39,7 @@ def verify_logits(
     min_p: float = 0.0,
     generator: torch.Generator | None = None,
     uniforms: torch.Tensor | None = None,
+    method: str = "token",
 ) -> tuple[int, int]:
     """Speculative sampling from raw logits, warped identically for draft and target.
 
@@ -86,6 +87,10 @@ def verify_logits(
         ``[K+1]`` float64 in ``[0, 1)``: ``uniforms[i]`` decides draft token
         ``i``, ``uniforms[K]`` drives the final draw. Validated even at
         temperature 0, where it is not used.
+    method : {"token", "block"}, default "token"
+        ``"token"``: token-wise rejection sampling (``verify_sampled``);
+        ``"block"``: block verification (``verify_block``) on the same warped
+        weights and uniforms. Ignored at temperature 0 (greedy).
 
     Returns
     -------
@@ -132,15 +137,17 @@ def verify_logits(
     ValueError: draft_tokens[0] = 2 is outside the support of the warped draft distribution ...
     """
     temperature, top_k, top_p, min_p = _warp_args(temperature, top_k, top_p, min_p)
+    block = reference._check_method(method)
     if runs_in_cpp(target_logits, draft_logits, draft_tokens, uniforms):
-        args = (target_logits, draft_logits, draft_tokens, temperature, top_k, top_p, min_p, uniforms, generator)
+        args = (target_logits, draft_logits, draft_tokens, temperature, top_k, top_p, min_p, uniforms, generator,
+                block)
         if eager():
             return ops.verify_logits_ints(*args)
         n_accepted, next_token = ops.verify_logits(*args).tolist()
         return n_accepted, next_token
     return reference.verify_logits(
         target_logits, draft_logits, draft_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        min_p=min_p, generator=generator, uniforms=uniforms,
+        min_p=min_p, generator=generator, uniforms=uniforms, method=method,
     )
 
 
@@ -156,6 +163,7 @@ def verify_logits_batched(
     min_p: float = 0.0,
     generator: torch.Generator | None = None,
     uniforms: torch.Tensor | None = None,
+    method: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``verify_logits`` for B sequences at once, with ragged draft lengths.
 
@@ -181,6 +189,9 @@ def verify_logits_batched(
         ``uniforms[b, :k_b]`` for its tests and ``uniforms[b, k_b]`` for its
         final draw.
 
+    method : {"token", "block"}, default "token"
+        As in ``verify_logits``.
+
     Returns
     -------
     tuple[torch.Tensor, torch.Tensor]
@@ -202,11 +213,11 @@ def verify_logits_batched(
     if runs_in_cpp(target_logits, draft_logits, draft_tokens, num_draft_tokens, uniforms):
         return ops.verify_logits_batched(
             target_logits, draft_logits, draft_tokens, num_draft_tokens, temperature, top_k, top_p, min_p,
-            uniforms, generator,
+            uniforms, generator, reference._check_method(method),
         )
     return reference.verify_logits_batched(
         target_logits, draft_logits, draft_tokens, num_draft_tokens, temperature=temperature, top_k=top_k,
-        top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms,
+        top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms, method=method,
     )
 
 
