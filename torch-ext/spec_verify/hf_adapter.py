@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from .decoder import LogitsWarping
+from .decode_warping import LogitsWarping
 from .logits import sample_draft
 
 __all__ = ["HFCausalLMStep", "hf_step_pair"]
@@ -57,6 +57,19 @@ __all__ = ["HFCausalLMStep", "hf_step_pair"]
 # ----------------------------------------------------------------------------
 # The adapter
 # ----------------------------------------------------------------------------
+
+
+def model_device(model) -> torch.device:
+    """Where ``model`` runs: its ``.device`` (transformers models), else its
+    first parameter's device, else (no parameters) the CPU."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    parameters = getattr(model, "parameters", None)
+    if callable(parameters):
+        for parameter in parameters():
+            return parameter.device
+    return torch.device("cpu")
 
 
 def _common_prefix_length(cached: torch.Tensor, seq: torch.Tensor) -> int:
@@ -243,16 +256,7 @@ class HFCausalLMStep:
         return out.logits[0, -rows:].detach().to(device="cpu", dtype=torch.float32)
 
     def _model_device(self):
-        # transformers models expose .device; else the first parameter's
-        # device; else (no parameters) the CPU.
-        device = getattr(self.model, "device", None)
-        if isinstance(device, torch.device):
-            return device
-        parameters = getattr(self.model, "parameters", None)
-        if callable(parameters):
-            for parameter in parameters():
-                return parameter.device
-        return torch.device("cpu")
+        return model_device(self.model)
 
     def _rollback(self, keep: int) -> None:
         """Crop the cache to its first ``keep`` tokens."""
