@@ -1,23 +1,26 @@
-"""Every misuse gets a clear error naming the argument and the rule, on the
-C++ path and on the reference path alike; nothing crashes or reads out of
-bounds (the C++ checks run before any row is read)."""
+"""Every misuse gets a clear error naming the argument and the rule, in both op
+families (probability rows in; logits in), on the C++ path and on the
+reference path alike; nothing crashes or reads out of bounds (the C++ checks
+run before any row is read)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 import torch
 
+from tests.op_families import NAN, OPS, RANDOM_OPS
+
 F64 = torch.float64
+ALL = pytest.mark.parametrize("op", list(OPS.values()), ids=list(OPS))
+RANDOM = pytest.mark.parametrize("op", [OPS[name] for name in RANDOM_OPS], ids=RANDOM_OPS)
 
 
-def _ok_sampled(vocab=10, k=3):
-    gen = torch.Generator().manual_seed(0)
-    target = torch.rand(k + 1, vocab, generator=gen) + 0.01
-    draft = torch.rand(k, vocab, generator=gen) + 0.01
-    tokens = torch.multinomial(draft, 1, generator=gen).flatten()
-    return target, draft, tokens
+def _ok(sv, op, vocab=10, k=3):
+    """Valid inputs for `op`: target [K+1, V], draft [K, V], tokens [K]."""
+    return op.case(sv, torch.Generator().manual_seed(0), k, vocab)
 
 
 @pytest.fixture(params=["cpp", "reference"])
@@ -36,42 +39,48 @@ def _raises(exc, *words):
 # ----------------------------------------------------------------------------
 
 
-def test_wrong_rank(path):
-    target, draft, tokens = _ok_sampled()
-    with _raises(ValueError, "target_probs", "dimensions"):
-        path.verify_greedy(target[0], tokens)
+@ALL
+def test_wrong_rank(sv, path, op):
+    target, draft, tokens = _ok(sv, op)
+    with _raises(ValueError, op.target, "dimensions"):
+        op.call(path, target[0], draft, tokens)
     with _raises(ValueError, "draft_tokens", "dimension"):
-        path.verify_greedy(target, tokens[None])
-    with _raises(ValueError, "draft_probs", "dimensions"):
-        path.verify_sampled(target, draft[0], tokens)
+        op.call(path, target, draft, tokens[None])
+    if op.random:
+        with _raises(ValueError, op.draft, "dimensions"):
+            op.call(path, target, draft[0], tokens)
 
 
-def test_shapes_that_disagree(path):
-    target, draft, tokens = _ok_sampled()
-    with _raises(ValueError, "target_probs", "K+1"):
-        path.verify_greedy(target[:3], tokens)
-    with _raises(ValueError, "target_probs", "K+1"):
-        path.verify_sampled(target, draft, tokens[:2])
-    with _raises(ValueError, "draft_probs", "shape"):
-        path.verify_sampled(target, draft[:, :5], tokens)
-    with _raises(ValueError, "draft_probs", "shape"):
-        path.verify_sampled(target, draft[:2], tokens)
+@ALL
+def test_shapes_that_disagree(sv, path, op):
+    target, draft, tokens = _ok(sv, op)
+    with _raises(ValueError, f"{op.target} must have K+1"):
+        op.call(path, target[:3], draft, tokens)
+    with _raises(ValueError, f"{op.target} must have K+1"):
+        op.call(path, target, draft, tokens[:2])
+    if op.random:
+        with _raises(ValueError, f"{op.draft} must have shape"):
+            op.call(path, target, draft[:, :5], tokens)
+        with _raises(ValueError, f"{op.draft} must have shape"):
+            op.call(path, target, draft[:2], tokens)
     with _raises(ValueError, "V >= 1"):
-        path.verify_greedy(torch.empty(1, 0), torch.empty(0, dtype=torch.long))
+        op.call(path, torch.empty(1, 0), torch.empty(0, 0), torch.empty(0, dtype=torch.long))
 
 
-def test_unsupported_dtypes(path):
-    target, draft, tokens = _ok_sampled()
-    with _raises(TypeError, "target_probs", "float32"):
-        path.verify_greedy(target.double(), tokens)
-    with _raises(TypeError, "target_probs", "float32"):
-        path.verify_greedy(target.to(torch.int64), tokens)
+@ALL
+def test_unsupported_dtypes(sv, path, op):
+    target, draft, tokens = _ok(sv, op)
+    with _raises(TypeError, f"{op.target} must be float32"):
+        op.call(path, target.double(), draft, tokens)
+    with _raises(TypeError, f"{op.target} must be float32"):
+        op.call(path, target.to(torch.int64), draft, tokens)
     with _raises(TypeError, "draft_tokens", "int64"):
-        path.verify_greedy(target, tokens.float())
-    with _raises(TypeError, "draft_probs", "dtype"):
-        path.verify_sampled(target, draft.half(), tokens)
-    with _raises(TypeError, "uniforms", "float64"):
-        path.verify_sampled(target, draft, tokens, uniforms=torch.rand(4))
+        op.call(path, target, draft, tokens.float())
+    if op.random:
+        with _raises(TypeError, f"{op.draft} must have the dtype"):
+            op.call(path, target, draft.half(), tokens)
+        with _raises(TypeError, "uniforms", "float64"):
+            op.call(path, target, draft, tokens, uniforms=torch.rand(4))
 
 
 # ----------------------------------------------------------------------------
@@ -80,31 +89,31 @@ def test_unsupported_dtypes(path):
 
 
 @pytest.mark.parametrize("bad_id", [-1, 10, 2**40])
-def test_token_out_of_range(path, bad_id):
-    target, draft, tokens = _ok_sampled()
+@ALL
+def test_token_out_of_range(sv, path, op, bad_id):
+    target, draft, tokens = _ok(sv, op)
     tokens = tokens.clone()
     tokens[2] = bad_id
     with _raises(IndexError, "draft_tokens", "outside [0, V)", str(bad_id)):
-        path.verify_greedy(target, tokens)
-    with _raises(IndexError, "draft_tokens", "outside [0, V)"):
-        path.verify_sampled(target, draft, tokens)
+        op.call(path, target, draft, tokens)
 
 
-def test_int32_token_out_of_range(path):
-    target, draft, tokens = _ok_sampled()
+@ALL
+def test_int32_token_out_of_range(sv, path, op):
+    target, draft, _ = _ok(sv, op)
     with _raises(IndexError, "draft_tokens"):
-        path.verify_greedy(target, torch.tensor([0, 1, 10], dtype=torch.int32))
+        op.call(path, target, draft, torch.tensor([0, 1, 10], dtype=torch.int32))
 
 
 # ----------------------------------------------------------------------------
-# Probability values in rows that are read
+# Probability values in rows that are read (probability rows in)
 # ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("value", [-0.5, float("nan"), float("inf"), -float("inf")])
 @pytest.mark.parametrize("which", ["target_probs", "draft_probs"])
-def test_bad_probability_in_read_row(path, value, which):
-    target, draft, tokens = _ok_sampled(vocab=1000)
+def test_bad_probability_in_read_row(sv, path, value, which):
+    target, draft, tokens = _ok(sv, OPS["sampled"], vocab=1000)
     uniforms = torch.zeros(4, dtype=F64)  # accept everything: every row is read
     rows = {"target_probs": target, "draft_probs": draft}
     rows[which][0, 777] = value
@@ -112,22 +121,22 @@ def test_bad_probability_in_read_row(path, value, which):
         path.verify_sampled(target, draft, tokens, uniforms=uniforms)
 
 
-def test_negative_zero_is_a_valid_zero(path):
-    target, draft, tokens = _ok_sampled()
+def test_negative_zero_is_a_valid_zero(sv, path):
+    target, draft, tokens = _ok(sv, OPS["sampled"])
     target[:, 5] = -0.0
     path.verify_sampled(target, draft, tokens, uniforms=torch.zeros(4, dtype=F64))
 
 
-def test_nan_in_greedy_row(path):
-    target, _, tokens = _ok_sampled(vocab=100)
+def test_nan_in_greedy_row(sv, path):
+    target, _, tokens = _ok(sv, OPS["greedy"], vocab=100)
     target[0, 42] = float("nan")
     with _raises(ValueError, "target_probs", "42", "NaN"):
         path.verify_greedy(target, tokens)
 
 
 @pytest.mark.parametrize("which", ["target_probs", "draft_probs"])
-def test_row_summing_to_zero(path, which):
-    target, draft, tokens = _ok_sampled()
+def test_row_summing_to_zero(sv, path, which):
+    target, draft, tokens = _ok(sv, OPS["sampled"])
     rows = {"target_probs": target, "draft_probs": draft}
     rows[which][0] = 0.0
     draft[0, tokens[0]] = 0.5 if which == "target_probs" else 0.0
@@ -135,11 +144,83 @@ def test_row_summing_to_zero(path, which):
         path.verify_sampled(target, draft, tokens, uniforms=torch.zeros(4, dtype=F64))
 
 
-def test_draft_token_with_zero_draft_mass(path):
-    target, draft, tokens = _ok_sampled()
+def test_draft_token_with_zero_draft_mass(sv, path):
+    target, draft, tokens = _ok(sv, OPS["sampled"])
     draft[1, tokens[1]] = 0.0
     with _raises(ValueError, "draft_probs", "cannot have sampled", str(int(tokens[1]))):
         path.verify_sampled(target, draft, tokens, uniforms=torch.zeros(4, dtype=F64))
+
+
+# ----------------------------------------------------------------------------
+# Logits and warping arguments (logits in)
+# ----------------------------------------------------------------------------
+
+
+def test_tokens_outside_the_warped_draft_support_are_refused(path):
+    target = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 1.0, 2.0, 3.0]])
+    draft = torch.tensor([[1.0, 2.0, 0.0, -1.0]])
+    u = torch.tensor([0.5, 0.5], dtype=F64)
+    for bad_token, warp in [(2, dict(top_k=2)), (3, dict(top_p=0.7)), (3, dict(min_p=0.2)),
+                            (0, dict(temperature=0.0))]:
+        with pytest.raises(ValueError, match=r"draft_tokens\[0\] = \d is outside the support"):
+            path.verify_logits(target, draft, torch.tensor([bad_token]), uniforms=u, **warp)
+    # -inf logits have no mass at any warping.
+    draft_inf = draft.clone()
+    draft_inf[0, 3] = -math.inf
+    with pytest.raises(ValueError, match="outside the support"):
+        path.verify_logits(target, draft_inf, torch.tensor([3]), uniforms=u)
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(temperature=-0.5), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_p=float("nan")), "top_p"),
+        (dict(min_p=-0.1), "min_p"),
+        (dict(min_p=1.0), "min_p"),
+        (dict(min_p=float("nan")), "min_p"),
+    ],
+)
+def test_bad_warping_arguments(path, kwargs, pattern):
+    target = torch.zeros(2, 5)
+    draft = torch.zeros(1, 5)
+    with pytest.raises(ValueError, match=pattern):
+        path.verify_logits(target, draft, torch.tensor([1]), **kwargs)
+    with pytest.raises(ValueError, match=pattern):
+        path.sample_draft(draft, **kwargs)
+    with pytest.raises(ValueError, match=pattern):
+        path.warp_probs(draft, **kwargs)
+
+
+def test_warping_argument_types(sv):
+    target, draft, tokens = torch.zeros(3, 5), torch.zeros(2, 5), torch.tensor([0, 1])
+    with pytest.raises(TypeError, match="top_k must be an int"):
+        sv.verify_logits(target, draft, tokens, top_k=2.5)
+    with pytest.raises(TypeError, match="temperature must be a real number"):
+        sv.sample_draft(draft, temperature="hot")
+
+
+@pytest.mark.parametrize("value, name", [(float("nan"), "nan"), (float("inf"), "inf")])
+@pytest.mark.parametrize("which", ["target_logits", "draft_logits"])
+def test_nan_and_pos_inf_logits_in_a_read_row(path, value, name, which):
+    target = torch.zeros(2, 37)
+    draft = torch.zeros(1, 37)
+    (target if which == "target_logits" else draft)[0, 33] = value
+    with pytest.raises(ValueError, match=rf"{which}\[0, 33\] is {name}: logits must be finite or -inf"):
+        path.verify_logits(target, draft, torch.tensor([1]))
+    everywhere = torch.full((2, 37), -math.inf)
+    with pytest.raises(ValueError, match="-inf everywhere"):
+        path.verify_logits(everywhere, draft, torch.tensor([1]))
+
+
+def test_sample_draft_uniforms_wrong_length(path):
+    with _raises(ValueError, "uniforms must have shape"):
+        path.sample_draft(torch.zeros(2, 5), uniforms=torch.tensor([0.1], dtype=F64))
 
 
 # ----------------------------------------------------------------------------
@@ -148,18 +229,20 @@ def test_draft_token_with_zero_draft_mass(path):
 
 
 @pytest.mark.parametrize("bad", [1.0, -1e-9, float("nan"), 2.0])
-def test_uniforms_outside_unit_interval(path, bad):
-    target, draft, tokens = _ok_sampled()
+@RANDOM
+def test_uniforms_outside_unit_interval(sv, path, op, bad):
+    target, draft, tokens = _ok(sv, op)
     uniforms = torch.full((4,), 0.5, dtype=F64)
     uniforms[2] = bad
-    with _raises(ValueError, "uniforms", "[0, 1)"):
-        path.verify_sampled(target, draft, tokens, uniforms=uniforms)
+    with _raises(ValueError, "uniforms must lie in", "[0, 1)"):
+        op.call(path, target, draft, tokens, uniforms=uniforms)
 
 
-def test_uniforms_wrong_length(path):
-    target, draft, tokens = _ok_sampled()
-    with _raises(ValueError, "uniforms", "shape"):
-        path.verify_sampled(target, draft, tokens, uniforms=torch.rand(3, dtype=F64))
+@RANDOM
+def test_uniforms_wrong_length(sv, path, op):
+    target, draft, tokens = _ok(sv, op)
+    with _raises(ValueError, "uniforms must have shape"):
+        op.call(path, target, draft, tokens, uniforms=torch.rand(3, dtype=F64))
 
 
 # ----------------------------------------------------------------------------
@@ -167,33 +250,32 @@ def test_uniforms_wrong_length(path):
 # ----------------------------------------------------------------------------
 
 
-def test_batched_bad_input(path):
-    target = torch.rand(3, 4, 20)
-    draft = torch.rand(3, 3, 20)
-    tokens = torch.zeros(3, 3, dtype=torch.long)
+@ALL
+def test_batched_bad_input(sv, path, op):
+    target, draft, tokens = op.case(sv, torch.Generator().manual_seed(0), k=3, vocab=20, batch=3)
     with _raises(ValueError, "num_draft_tokens", "[0, K]"):
-        path.verify_greedy_batched(target, tokens, torch.tensor([1, 4, 0]))
+        op.call_batched(path, target, draft, tokens, torch.tensor([1, 4, 0]))
     with _raises(ValueError, "num_draft_tokens", "entries"):
-        path.verify_greedy_batched(target, tokens, torch.tensor([1, 2]))
-    with _raises(ValueError, "target_probs", "[B, K+1, V]"):
-        path.verify_greedy_batched(target[:2], tokens)
-    with _raises(ValueError, "uniforms", "shape"):
-        path.verify_sampled_batched(target, draft, tokens, uniforms=torch.rand(3, 3, dtype=F64))
+        op.call_batched(path, target, draft, tokens, torch.tensor([1, 2]))
+    with _raises(ValueError, op.target, "[B, K+1, V]"):
+        op.call_batched(path, target[:2], draft, tokens)
     bad_tokens = tokens.clone()
     bad_tokens[1, 0] = 20
     with _raises(IndexError, "draft_tokens", "outside [0, V)"):
-        path.verify_sampled_batched(target, draft, bad_tokens)
-    with _raises(ValueError, "draft_probs", "shape"):
-        path.verify_sampled_batched(target, draft[:, :2], tokens)
+        op.call_batched(path, target, draft, bad_tokens)
+    if op.random:
+        with _raises(ValueError, "uniforms", "shape"):
+            op.call_batched(path, target, draft, tokens, uniforms=torch.rand(3, 3, dtype=F64))
+        with _raises(ValueError, op.draft, "shape"):
+            op.call_batched(path, target, draft[:, :2], tokens)
 
 
-def test_batched_error_names_the_sequence(sv):
-    target = torch.rand(3, 3, 20)
-    draft = torch.rand(3, 2, 20)
-    tokens = torch.zeros(3, 2, dtype=torch.long)
-    target[2, 0, 7] = -3.0
-    with _raises(ValueError, "target_probs[2, 0, 7]"):
-        sv.verify_sampled_batched(target, draft, tokens, uniforms=torch.zeros(3, 3, dtype=F64))
+@RANDOM
+def test_batched_error_names_the_sequence(sv, path, op):
+    target, draft, tokens = op.case(sv, torch.Generator().manual_seed(0), k=2, vocab=20, batch=3)
+    target[2, 0, 7] = -3.0 if op.rows == "probs" else NAN  # a value the rows may not hold
+    with _raises(ValueError, f"{op.target}[2, 0, 7]"):
+        op.call_batched(path, target, draft, tokens, uniforms=torch.zeros(3, 3, dtype=F64))
 
 
 # ----------------------------------------------------------------------------
@@ -201,13 +283,16 @@ def test_batched_error_names_the_sequence(sv):
 # ----------------------------------------------------------------------------
 
 
-def test_non_tensor_argument(sv):
-    with _raises(TypeError, "target_probs"):
-        sv.verify_greedy([[0.1, 0.9]], torch.tensor([1]))
+@ALL
+def test_non_tensor_argument(sv, op):
+    _, draft, tokens = _ok(sv, op)
+    with _raises(TypeError, op.target):
+        op.call(sv, [[0.1, 0.9]] * 4, draft, tokens)
 
 
-def test_meta_tensors_go_to_reference_and_are_refused_there(sv):
+@ALL
+def test_meta_tensors_go_to_reference_and_are_refused_there(sv, op):
     # Tensors on another device take the reference path; mixing devices is refused.
-    target = torch.rand(2, 5)
+    target, draft, tokens = _ok(sv, op)
     with _raises(ValueError, "one device"):
-        sv.verify_greedy(target.to("meta"), torch.tensor([1]))
+        op.call(sv, target.to("meta"), draft, tokens)

@@ -414,13 +414,3 @@ def test_enumeration_helpers_cover_all_mass():
         total[v] = total.get(v, 0.0) + (hi - lo)
     assert sorted(total) == [0, 1, 2]
     assert [total[0], total[1], total[2]] == pytest.approx([0.25, 0.35, 0.4], abs=1e-14)
-
-
-def test_docstring_examples_run(sv):
-    """The examples in the law's docstrings are correct as printed."""
-    import doctest
-    import sys
-
-    module = sys.modules[sv.acceptance_rates.__module__]
-    outcome = doctest.testmod(module, verbose=False)
-    assert outcome.attempted >= 7 and outcome.failed == 0

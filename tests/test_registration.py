@@ -1,19 +1,30 @@
-"""The kernel as a `kernels` artefact: both loading paths, metadata, the
-registered ops (opcheck, fake implementations, torch.compile) and the
-runnable examples in the public docstrings."""
+"""The kernel as a `kernels` artefact: both loading paths, metadata, and every
+registered op of both families (opcheck, fake implementations, torch.compile).
+
+The docstrings' examples are run by test_docstrings.py.
+"""
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from conftest import REPO
+from tests.op_families import OPS
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def kernel_root(sv):
+    """The folder whose build/ the `sv` fixture loaded (this checkout, or SPEC_VERIFY_ROOT)."""
+    return pathlib.Path(sv.__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------
@@ -21,24 +32,24 @@ from conftest import REPO
 # ----------------------------------------------------------------------------
 
 
-def test_get_kernel_with_local_override_in_a_fresh_process():
+def test_get_kernel_with_local_override_in_a_fresh_process(kernel_root):
     script = (
         "import kernels, torch\n"
         "sv = kernels.get_kernel('phanerozoic/spec-verify', version=1, trust_remote_code=True)\n"
         "t = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.2, 0.3]])\n"
         "print(sv.verify_greedy(t, torch.tensor([1])), sv.build_info()['isa'])\n"
     )
-    env = dict(os.environ, LOCAL_KERNELS=f"phanerozoic/spec-verify={REPO}", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, LOCAL_KERNELS=f"phanerozoic/spec-verify={kernel_root}", HF_HUB_OFFLINE="1")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[:2] == ["(1,", "0)"]
 
 
-def test_variant_folder_and_metadata(sv):
+def test_variant_folder_and_metadata(sv, kernel_root):
     import platform
 
     # build/ may also hold a cross-built variant (tools/aarch64): take this machine's.
-    variant = next((REPO / "build").glob(f"torch*-cxx11-cpu-{platform.machine()}-linux"))
+    variant = next((kernel_root / "build").glob(f"torch*-cxx11-cpu-{platform.machine()}-linux"))
     metadata = json.loads((variant / "metadata.json").read_text())
     assert metadata["python-depends"] == [] and metadata["backend"] == {"type": "cpu"}
     assert metadata["name"] == "spec-verify" and metadata["version"] == 1
@@ -65,8 +76,10 @@ def test_package_imports_only_stdlib_and_torch():
 
 
 # ----------------------------------------------------------------------------
-# opcheck and fake implementations
+# opcheck: every registered op
 # ----------------------------------------------------------------------------
+
+WARP = (0.8, 10, 0.9, 0.01)  # (temperature, top_k, top_p, min_p), positional as the ops take them
 
 
 def _sample_args():
@@ -78,90 +91,144 @@ def _sample_args():
     return target, draft, tokens, uniforms
 
 
-def test_opcheck_every_op(sv):
+def _logits_args(sv):
+    gen = torch.Generator().manual_seed(0)
+    target = torch.randn(5, 37, generator=gen)
+    draft = target[:4] + torch.randn(4, 37, generator=gen)
+    u = torch.rand(5, dtype=torch.float64, generator=gen)
+    tokens = sv.sample_draft(draft, temperature=0.8, top_k=10, top_p=0.9, min_p=0.01, uniforms=u[:4])
+    return target, draft, tokens, u
+
+
+def _tensor_op_cases(sv):
+    """Op name -> argument tuples, for the ops with tensor outputs (and fake implementations)."""
     target, draft, tokens, uniforms = _sample_args()
-    batch_target = target.repeat(3, 1, 1)
-    batch_draft = draft.repeat(3, 1, 1)
-    batch_tokens = tokens.repeat(3, 1)
-    counts = torch.tensor([4, 0, 2])
-    batch_uniforms = uniforms.repeat(3, 1)
-    cases = [
-        (sv.ops.verify_greedy, (target, tokens)),
-        (sv.ops.verify_greedy, (target.half(), tokens.int())),
-        (sv.ops.verify_sampled, (target, draft, tokens, uniforms, None)),
-        (sv.ops.verify_sampled, (target.bfloat16(), draft.bfloat16(), tokens, uniforms, None)),
-        (sv.ops.verify_greedy_batched, (batch_target, batch_tokens, counts)),
-        (sv.ops.verify_greedy_batched, (batch_target, batch_tokens, None)),
-        (sv.ops.verify_sampled_batched, (batch_target, batch_draft, batch_tokens, counts, batch_uniforms, None)),
-    ]
-    for op, args in cases:
+    b_target, b_draft, b_tokens = target.repeat(3, 1, 1), draft.repeat(3, 1, 1), tokens.repeat(3, 1)
+    counts, b_uniforms = torch.tensor([4, 0, 2]), uniforms.repeat(3, 1)
+    lt, ld, ltok, lu = _logits_args(sv)
+    return {
+        "verify_greedy": [(target, tokens), (target.half(), tokens.int())],
+        "verify_sampled": [(target, draft, tokens, uniforms, None),
+                           (target.bfloat16(), draft.bfloat16(), tokens, uniforms, None)],
+        "verify_greedy_batched": [(b_target, b_tokens, counts), (b_target, b_tokens, None)],
+        "verify_sampled_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
+        "verify_logits": [(lt, ld, ltok, *WARP, lu, None),
+                          (lt.bfloat16(), ld.bfloat16(), ltok.int(), 0.0, 0, 1.0, 0.0, None, None)],
+        "verify_logits_batched": [(lt.repeat(2, 1, 1), ld.repeat(2, 1, 1), ltok.repeat(2, 1), torch.tensor([4, 1]),
+                                   *WARP, lu.repeat(2, 1), None)],
+        "sample_draft": [(ld, *WARP, lu[:4], None)],
+        "warp_probs": [(ld.half(), *WARP, True)],
+    }
+
+
+# The eager `*_ints` forms return data-dependent ints, which fake tensors
+# cannot stand for: their schema and autograd registration are checked, and
+# they must agree with the traceable forms (named here).
+INT_OPS = {"verify_greedy_ints": "verify_greedy", "verify_sampled_ints": "verify_sampled",
+           "verify_logits_ints": "verify_logits"}
+# No tensor in or out (a string): nothing to trace or compare under aot_dispatch.
+NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "test_faketensor")}
+TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
+              "verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
+EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
+
+
+@pytest.mark.parametrize("name", EVERY_OP)
+def test_opcheck_every_op(sv, name):
+    op = getattr(sv.ops, name)
+    if name in NO_TENSOR_OPS:
+        torch.library.opcheck(op, (), test_utils=NO_TENSOR_OPS[name])
+        return
+    cases = _tensor_op_cases(sv)
+    if name in INT_OPS:
+        args = cases[INT_OPS[name]][0]
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_autograd_registration"))
+        assert list(op(*args)) == getattr(sv.ops, INT_OPS[name])(*args).tolist()
+        return
+    for args in cases[name]:
         torch.library.opcheck(op, args)
-    # The eager `*_ints` forms return data-dependent ints, which fake tensors
-    # cannot stand for: their schema and autograd registration are checked,
-    # and they must agree with the traceable forms.
-    int_cases = [
-        (sv.ops.verify_greedy_ints, sv.ops.verify_greedy, (target, tokens)),
-        (sv.ops.verify_sampled_ints, sv.ops.verify_sampled, (target, draft, tokens, uniforms, None)),
-    ]
-    for int_op, tensor_op, args in int_cases:
-        torch.library.opcheck(int_op, args, test_utils=("test_schema", "test_autograd_registration"))
-        assert list(int_op(*args)) == tensor_op(*args).tolist()
 
 
-def test_fake_implementations_give_the_real_shapes(sv):
-    from torch._subclasses.fake_tensor import FakeTensorMode
+def test_every_registered_op_is_opchecked(sv):
+    namespace = sv.ops.__name__.split(".")[-1]
+    registered = {name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith(namespace + "::")}
+    assert registered == set(EVERY_OP), f"registered but not opchecked: {sorted(registered - set(EVERY_OP))}"
 
-    target, draft, tokens, uniforms = _sample_args()
+
+# ----------------------------------------------------------------------------
+# Fake implementations and torch.compile, in both families
+# ----------------------------------------------------------------------------
+
+
+def _fake_shapes_probs(sv, mode):
+    target, draft, tokens, uniforms = (mode.from_tensor(t) for t in _sample_args())
+    out = sv.ops.verify_sampled(target, draft, tokens, uniforms, None)
+    batched = sv.ops.verify_greedy_batched(target.repeat(4, 1, 1), tokens.repeat(4, 1), None)
+    return out, batched, []
+
+
+def _fake_shapes_logits(sv, mode):
+    target, draft, tokens, u = (mode.from_tensor(t) for t in _logits_args(sv))
+    out = sv.ops.verify_logits(target, draft, tokens, *WARP, u, None)
+    batched = sv.ops.verify_logits_batched(target.repeat(4, 1, 1), draft.repeat(4, 1, 1), tokens.repeat(4, 1),
+                                           None, *WARP, None, None)
+    tokens_out = sv.ops.sample_draft(draft, *WARP, None, None)
+    probs = sv.ops.warp_probs(draft.half(), *WARP, True)
+    return out, batched, [(tokens_out, (4,), torch.int64), (probs, (4, 37), torch.float32)]
+
+
+@pytest.mark.parametrize("family, shapes", [("probs", _fake_shapes_probs), ("logits", _fake_shapes_logits)],
+                         ids=["probs", "logits"])
+def test_fake_implementations_give_the_real_shapes(sv, family, shapes):
     with FakeTensorMode() as mode:
-        fake = [mode.from_tensor(t) for t in (target, draft, tokens, uniforms)]
-        out = sv.ops.verify_sampled(*fake, None)
-        b_out = sv.ops.verify_greedy_batched(fake[0].repeat(4, 1, 1), fake[2].repeat(4, 1), None)
+        out, batched, others = shapes(sv, mode)
     assert tuple(out.shape) == (2,) and out.dtype == torch.int64
-    assert [tuple(t.shape) for t in b_out] == [(4,), (4,)]
+    assert [tuple(t.shape) for t in batched] == [(4,), (4,)]
+    for tensor, shape, dtype in others:
+        assert tuple(tensor.shape) == shape and tensor.dtype == dtype
 
 
-def test_ops_compile_with_fullgraph(sv):
-    target, draft, tokens, uniforms = _sample_args()
+TRACEABLE = {  # the traceable op of each random family, called positionally
+    "sampled": lambda sv, target, draft, tokens, u: sv.ops.verify_sampled(target, draft, tokens, u, None),
+    "logits": lambda sv, target, draft, tokens, u: sv.ops.verify_logits(target, draft, tokens, *WARP, u, None),
+}
+
+
+def _family_args(sv, name):
+    return _sample_args() if OPS[name].rows == "probs" else _logits_args(sv)
+
+
+def _warp_kwargs(name):
+    return {} if OPS[name].rows == "probs" else dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP))
+
+
+@pytest.mark.parametrize("name", sorted(TRACEABLE))
+def test_ops_compile_with_fullgraph(sv, name):
+    target, draft, tokens, uniforms = _family_args(sv, name)
 
     def decide(target, draft, tokens, uniforms):
-        return sv.ops.verify_sampled(target, draft, tokens, uniforms, None) + 0
+        return TRACEABLE[name](sv, target, draft, tokens, uniforms) + 0
 
     compiled = torch.compile(decide, fullgraph=True, backend="eager")
     assert compiled(target, draft, tokens, uniforms).tolist() == list(
-        sv.verify_sampled(target, draft, tokens, uniforms=uniforms)
+        OPS[name].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
     )
 
 
-def test_wrapper_compiles_with_scalar_capture(sv):
+@pytest.mark.parametrize("name", ["greedy", "logits"])
+def test_wrapper_compiles_with_scalar_capture(sv, name):
     # The public wrappers return Python ints; under fullgraph that needs
     # torch._dynamo's capture_scalar_outputs (see README).
-    target, draft, tokens, uniforms = _sample_args()
+    target, draft, tokens, uniforms = _family_args(sv, name)
+    op, warp = OPS[name], _warp_kwargs(name)
     import torch._dynamo
 
-    def step(target, tokens):
-        n, token = sv.verify_greedy(target, tokens)
+    def step(target, draft, tokens, uniforms):
+        n, token = op.call(sv, target, draft, tokens, uniforms=uniforms, **warp)
         return torch.tensor([n, token])
 
     with torch._dynamo.config.patch(capture_scalar_outputs=True):
         compiled = torch.compile(step, fullgraph=True, backend="eager")
-        assert compiled(target, tokens).tolist() == list(sv.verify_greedy(target, tokens))
-
-
-# ----------------------------------------------------------------------------
-# The docstrings' examples run and print what they claim
-# ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "name", ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched"]
-)
-def test_docstring_examples(sv, name):
-    fn = getattr(sv, name)
-    globs = {"torch": torch, name: fn}
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    tests = finder.find(fn, name, globs=globs)
-    assert tests and tests[0].examples, f"{name} has no runnable example"
-    for test in tests:
-        runner.run(test)
-    assert runner.failures == 0, f"{runner.failures} failing example(s) in {name}'s docstring"
+        assert compiled(target, draft, tokens, uniforms).tolist() == list(
+            op.call(sv, target, draft, tokens, uniforms=uniforms, **warp))

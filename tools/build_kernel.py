@@ -11,11 +11,17 @@ Writes the `kernels` variant folder
 so that `kernels.get_local_kernel(Path("."))` and
 `LOCAL_KERNELS=phanerozoic/spec-verify=$PWD kernels.get_kernel(...)` load it.
 
-Why not setuptools' build_ext: the row kernels are compiled once per
-instruction set (DEFAULT, AVX2, AVX512 on x86-64), each with its own -m flags,
-which build_ext cannot express per file. So we take the include paths, the
-library paths and the C++ ABI from torch.utils.cpp_extension and call the
-compiler ourselves, as ATen's own build does.
+What to build comes from build.toml, the one description kernel-builder
+reads too: the kernel's name and version, and the sources (its [torch] and
+[kernel.*] src lists). The .cpp files under csrc/cpu/ are compiled once per
+instruction set (DEFAULT, AVX2, AVX512 on x86-64), each with
+-DCPU_CAPABILITY=<ISA> -DCPU_CAPABILITY_<ISA> and that ISA's -m flags, as
+ATen builds its native/cpu/ kernels; every other .cpp is compiled once.
+
+Why not setuptools' build_ext: it cannot express flags per file. So we take
+the include paths, the library paths and the C++ ABI from
+torch.utils.cpp_extension and call the compiler ourselves, as ATen's own
+build does.
 
 The .so talks to torch only through the dispatcher (TORCH_LIBRARY) and never
 to the Python C API, so it is Python-version independent: hence `.abi3.so`,
@@ -41,6 +47,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import torch
@@ -48,24 +55,46 @@ from torch.utils import cpp_extension
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "torch-ext" / "spec_verify"
-CPP_SOURCES = [
-    ROOT / "torch-ext" / "torch_binding.cpp",
-    ROOT / "csrc" / "verify_common.cpp",
-    ROOT / "csrc" / "verify_common.h",
-    ROOT / "csrc" / "verify_ops.cpp",
-    ROOT / "csrc" / "verify_ops.h",
-    ROOT / "csrc" / "verify_rows.cpp",
-    ROOT / "csrc" / "verify_rows.h",
-    ROOT / "csrc" / "vec_float64.h",
-    ROOT / "csrc" / "logits_ops.cpp",
-    ROOT / "csrc" / "logits_ops.h",
-    ROOT / "csrc" / "warp_rows.cpp",
-    ROOT / "csrc" / "warp_rows.h",
-]
-KERNEL_NAME = "spec-verify"
-KERNEL_VERSION = 1
+BUILD_TOML = ROOT / "build.toml"
+# The sources compiled once per instruction set live here (as ATen's native/cpu/).
+PER_ISA_DIR = ROOT / "csrc" / "cpu"
 
-# Per-ISA flags for verify_rows.cpp and warp_rows.cpp, as ATen builds its CPU kernels.
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """What build.toml says: the kernel's name, version and sources."""
+
+    name: str
+    version: int
+    sources: list[Path]
+
+    @property
+    def compiled_once(self) -> list[Path]:
+        return [p for p in self.sources if p.suffix == ".cpp" and PER_ISA_DIR not in p.parents]
+
+    @property
+    def compiled_per_isa(self) -> list[Path]:
+        return [p for p in self.sources if p.suffix == ".cpp" and PER_ISA_DIR in p.parents]
+
+
+def read_description(path: Path = BUILD_TOML) -> Description:
+    config = tomllib.loads(path.read_text())
+    listed = list(config.get("torch", {}).get("src", []))
+    for kernel in config.get("kernel", {}).values():
+        listed += kernel.get("src", [])
+    sources = [ROOT / src for src in listed]
+    missing = [str(p.relative_to(ROOT)) for p in sources if not p.is_file()]
+    if missing:
+        raise SystemExit(f"build: {path.name} lists missing sources: {', '.join(missing)}")
+    # Every C++ file in csrc/ must be listed: the namespace hash covers only listed files.
+    unlisted = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*")
+                      if p.suffix in (".cpp", ".h") and p not in sources)
+    if unlisted:
+        raise SystemExit(f"build: {path.name} does not list {', '.join(unlisted)}")
+    return Description(name=config["general"]["name"], version=config["general"]["version"], sources=sources)
+
+
+# Per-ISA flags for the sources in csrc/cpu/, as ATen builds its CPU kernels.
 X86_ISAS = {
     "DEFAULT": [],
     "AVX2": ["-mavx2", "-mfma", "-mf16c"],
@@ -126,12 +155,19 @@ def isas_for_machine(machine: str) -> dict[str, list[str]]:
     return X86_ISAS if machine in ("x86_64", "AMD64") else {"DEFAULT": []}
 
 
-def source_hash(extra: str) -> str:
+def source_hash(description: Description, extra: str) -> str:
+    """Every source, the build description and this script: a new hash, a new op namespace."""
     digest = hashlib.sha256(extra.encode())
-    for path in CPP_SOURCES + [Path(__file__)]:
-        digest.update(path.name.encode())
+    for path in description.sources + [BUILD_TOML, Path(__file__).resolve()]:
+        digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:10]
+
+
+def object_name(source: Path, isa: str | None = None) -> str:
+    """csrc/cpu/rows.cpp, AVX2 -> csrc_cpu_rows_AVX2.o: unique across folders."""
+    stem = "_".join(source.relative_to(ROOT).with_suffix("").parts)
+    return f"{stem}_{isa}.o" if isa else f"{stem}.o"
 
 
 def common_flags(namespace: str, isas: dict[str, list[str]], target: Target) -> list[str]:
@@ -168,27 +204,24 @@ def compile_one(cxx: str, source: Path, obj: Path, flags: list[str]) -> tuple[Pa
     return obj, time.perf_counter() - start
 
 
-def build_library(namespace: str, out_dir: Path, isas: dict[str, list[str]], target: Target) -> Path:
+def build_library(description: Description, namespace: str, out_dir: Path, isas: dict[str, list[str]],
+                  target: Target) -> Path:
     cxx = target.cxx
     obj_dir = ROOT / "build" / "obj" / namespace
     obj_dir.mkdir(parents=True, exist_ok=True)
     base = common_flags(namespace, isas, target)
-    jobs = [
-        (ROOT / "torch-ext" / "torch_binding.cpp", obj_dir / "torch_binding.o", base),
-        (ROOT / "csrc" / "verify_common.cpp", obj_dir / "verify_common.o", base),
-        (ROOT / "csrc" / "verify_ops.cpp", obj_dir / "verify_ops.o", base),
-        (ROOT / "csrc" / "logits_ops.cpp", obj_dir / "logits_ops.o", base),
-    ]
+    jobs = [(source, obj_dir / object_name(source), base) for source in description.compiled_once]
     for isa, isa_flags in isas.items():
         defines = [f"-DCPU_CAPABILITY={isa}", f"-DCPU_CAPABILITY_{isa}"]
-        for rows in ("verify_rows", "warp_rows"):
-            jobs.append((ROOT / "csrc" / f"{rows}.cpp", obj_dir / f"{rows}_{isa}.o", base + defines + isa_flags))
+        for source in description.compiled_per_isa:
+            jobs.append((source, obj_dir / object_name(source, isa), base + defines + isa_flags))
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for obj, seconds in pool.map(lambda job: compile_one(cxx, *job), jobs):
             print(f"build: compiled {obj.name} in {seconds:.1f} s")
     library = out_dir / f"{namespace}.abi3.so"
-    # Link order matters: the DEFAULT objects come first, so an inline function
-    # emitted by several ISA objects resolves to its generic (safe) copy.
+    # Link order matters: the objects compiled once (base flags) come first,
+    # then the DEFAULT ones, so an inline function emitted by several ISA
+    # objects resolves to a generic (safe) copy.
     objects = [str(job[1]) for job in jobs]
     # -fopenmp records libgomp.so.1, which resolves to the copy torch loaded.
     link = [cxx, "-shared", "-fopenmp", "-o", str(library), *objects]
@@ -221,15 +254,15 @@ def add_op_namespace_prefix(op_name: str) -> str:
 '''
 
 
-def write_variant(namespace: str, variant_dir: Path, library: Path | None) -> None:
+def write_variant(description: Description, namespace: str, variant_dir: Path) -> None:
     for py in sorted(PACKAGE.glob("*.py")):
         if py.name != "_ops.py":
             shutil.copy2(py, variant_dir / py.name)
     (variant_dir / "_ops.py").write_text(OPS_PY.format(namespace=namespace))
     metadata = {
         "id": namespace,
-        "name": KERNEL_NAME,
-        "version": KERNEL_VERSION,
+        "name": description.name,
+        "version": description.version,
         "license": "apache-2.0",
         "python-depends": [],
         "backend": {"type": "cpu"},
@@ -249,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
 
     target = host_target(args.cxx) if args.torch_dir is None else cross_target(args.torch_dir.resolve(), args.arch, args.cxx)
     isas = isas_for_machine(target.machine)
-    namespace = f"_spec_verify_cpu_{source_hash(target.torch_version + ','.join(isas))}"
+    description = read_description()
+    namespace = f"_spec_verify_cpu_{source_hash(description, target.torch_version + ','.join(isas))}"
     variant_dir = ROOT / "build" / variant_name(target)
     library = variant_dir / f"{namespace}.abi3.so"
     if library.exists() and not args.force:
@@ -259,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         if variant_dir.exists():
             shutil.rmtree(variant_dir)
         variant_dir.mkdir(parents=True)
-        library = build_library(namespace, variant_dir, isas, target)
+        library = build_library(description, namespace, variant_dir, isas, target)
         print(f"build: wrote {library.relative_to(ROOT)} (ISAs: {', '.join(isas)})")
     # The Python files are copied every time: editing them needs no recompile.
-    write_variant(namespace, variant_dir, library)
+    write_variant(description, namespace, variant_dir)
     print(f"build: variant {variant_dir.relative_to(ROOT)} ready")
     return 0
 

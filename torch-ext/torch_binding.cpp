@@ -6,8 +6,7 @@
 #include <torch/all.h>
 #include <torch/library.h>
 
-#include "../csrc/logits_ops.h"
-#include "../csrc/verify_ops.h"
+#include "../csrc/ops.h"
 
 #ifndef SV_OPS_NAMESPACE
 #error "SV_OPS_NAMESPACE must name the op namespace (set by tools/build_kernel.py)"
@@ -38,9 +37,8 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
       "-> (Tensor, Tensor)");
   // No tensors in or out: registered for every backend.
   m.def("build_info() -> str", &spec_verify::build_info);
-  m.def("noop(Tensor x) -> ()");
   // Logits in: temperature, top-k, top-p, min-p applied to draft and target
-  // inside the op (csrc/logits_ops.cpp).
+  // inside the op (csrc/ops_logits.cpp).
   m.def(
       "verify_logits(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
       "float temperature=1.0, int top_k=0, float top_p=1.0, float min_p=0.0, "
@@ -59,7 +57,6 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
   m.def(
       "warp_probs(Tensor logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, bool normalize=True) -> Tensor");
-  m.def("warp_info() -> str", &spec_verify::warp_info);
 }
 
 SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
@@ -69,7 +66,6 @@ SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
   m.impl("verify_sampled_ints", &spec_verify::verify_sampled_ints);
   m.impl("verify_greedy_batched", &spec_verify::verify_greedy_batched);
   m.impl("verify_sampled_batched", &spec_verify::verify_sampled_batched);
-  m.impl("noop", &spec_verify::noop);
   m.impl("verify_logits", &spec_verify::verify_logits);
   m.impl("verify_logits_ints", &spec_verify::verify_logits_ints);
   m.impl("verify_logits_batched", &spec_verify::verify_logits_batched);

@@ -9,61 +9,32 @@
 # the emulated process ran the NEON vectorized path (isa NEON, 4 float lanes).
 # The run fails if that check did not run and pass.
 #
-#   tools/aarch64/test.sh                 the selection below
+#   tools/aarch64/test.sh                 tests -m "$MARKERS" (below)
 #   tools/aarch64/test.sh PYTEST_ARGS...  your own selection (the NEON check always runs)
 # Environment: SV_A64_TEST_TIMEOUT (seconds, default 2400) bounds pytest.
 source "$(dirname "$0")/common.sh"
 
-# What runs emulated (tools/aarch64/README.md says why):
-#   in full: the op tests (reference match, properties, bad input, logits,
-#     registration and loading), the exact law, and the kernel's conformance
-#     harness on the small families (~3 min emulated);
-#   the decoder tests without the transformers models (transformers is not
-#     installed in the root: the HF adapter is pure Python over torch, tested
-#     natively by `make test`);
-#   not run emulated: the two V = 32000 seed-pair conformance runs (200 000
-#     and 20 000 rounds: ~17 min emulated, the same C++ path as the small
-#     families at a larger V, which the fast == reference tests cover at
-#     V = 32000 and 128256 bit for bit), and tests/test_model_pair.py
-#     (a trained transformers pair).
-# New op test files must be added here.
-SELECTION=(
-  tests/test_ops_match_reference.py
-  tests/test_ops_properties.py
-  tests/test_bad_input.py
-  tests/test_logits.py
-  tests/test_registration.py
-  tests/test_law.py
-  tests/test_conformance.py
-  tests/test_decoder.py
-)
-# Deselected emulated:
-#   hf_*, *transformers_processors: need transformers (not in the root);
-#   *on_the_seed_pair: the ~17 min V = 32000 conformance runs (see above);
-#   each_instruction_set_matches_reference: on aarch64 only DEFAULT (NEON) is
-#     compiled, so its subprocess with ATEN_CPU_CAPABILITY=default re-runs the
-#     path the main process tests (~1 min per file under emulation). (As
-#     written it also expects x86's ISA name "default"; aarch64 reports NEON.)
-DESELECT="hf_ or transformers_processors or on_the_seed_pair or each_instruction_set_matches_reference"
-
-default_selection() {
-  local file
-  for file in "${SELECTION[@]}"; do
-    [[ -f $REPO/$file ]] && printf '%s\n' "$file" || log "note: $file is gone; not run"
-  done
-  echo -k
-  echo "not ($DESELECT)"
-}
+# What runs emulated: the whole suite, selected by markers (pytest.ini
+# declares them and says why; tools/aarch64/README.md too):
+#   transformers  needs the transformers package, which the root does not install;
+#   native_only   too slow or meaningless under emulation (the V = 32000 Pi-pair
+#                 conformance runs; the every-instruction-set subprocess checks).
+# A new test file runs here unless its tests carry one of these markers.
+MARKERS="not transformers and not native_only"
 
 stage_tree() {
   local dest="$ROOTFS$STAGE_IN_ROOT" variant
   variant=$(ls -d "$REPO"/build/torch*-cpu-aarch64-linux 2>/dev/null | head -n1)
   [[ -n $variant ]] || die "no build/torch*-cpu-aarch64-linux variant (run tools/aarch64/build.sh)"
   rm -rf --one-file-system "$dest"
-  mkdir -p "$dest/build" "$dest/tools"
+  mkdir -p "$dest/build" "$dest/tools" "$dest/examples"
   (cd "$REPO" && tar -cf - --exclude=__pycache__ tests torch-ext csrc pytest.ini build.toml requirements.txt) \
     | tar -xf - -C "$dest"
+  # The packages the test modules import at collection (tools.conformance,
+  # tools.kernel_loader, examples.e2e); not models/: the tests that load them
+  # need transformers and are deselected.
   cp "$REPO"/tools/*.py "$dest/tools/"
+  cp "$REPO"/examples/*.py "$dest/examples/"
   cp -a "$variant" "$dest/build/"
   cp "$A64_TOOLS/test_aarch64_build.py" "$dest/tests/"
   log "staged tests and $(basename "$variant") in the root at $STAGE_IN_ROOT"
@@ -71,7 +42,7 @@ stage_tree() {
 
 run_pytest() {
   local selection=("$@") report="$STAGE_IN_ROOT/aarch64-build-info.json"
-  (( ${#selection[@]} )) || mapfile -t selection < <(default_selection)
+  (( ${#selection[@]} )) || selection=(tests -m "$MARKERS")
   mount_root
   log "QEMU_CPU=$QEMU_CPU_MODEL; pytest ${selection[*]}"
   local status=0

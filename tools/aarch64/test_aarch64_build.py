@@ -29,7 +29,7 @@ def test_the_emulated_kernel_runs_the_neon_vectorized_path(sv):
     # The DEFAULT build on aarch64 is at::vec's NEON specialisation: 4 floats
     # per Vectorized<float>. A scalar fallback would report 1 lane (or 8 for
     # the generic 32-byte vec_base), an SVE build another width.
-    assert info["isa"] == "NEON" and info["mass_isa"] == "NEON", info
+    assert info["isa"] == "NEON" and info["mass_isa"] == "NEON" and info["warp_isa"] == "NEON", info
     assert info["float_lanes"] == 4, info
     assert info["compiled"] == "DEFAULT", info
 

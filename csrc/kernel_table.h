@@ -1,11 +1,12 @@
-// Row primitives of the logits ops (verify_logits, sample_draft, warp_probs),
-// compiled once per instruction set (DEFAULT everywhere; AVX2 and AVX512 on
-// x86-64) from warp_rows.cpp, exactly like verify_rows.cpp.
+// The per-ISA kernel table: every O(V) row primitive, compiled once per
+// instruction set from csrc/cpu/ (DEFAULT everywhere; AVX2 and AVX512 on
+// x86-64; the DEFAULT build is NEON on aarch64), and chosen once at run time
+// by csrc/dispatch.cpp.
 //
-// Each primitive streams one row of V logits with at::vec::Vectorized.
-// Nothing here allocates or throws: logits_ops.cpp validates the arguments,
-// turns the flags returned here into errors that name the argument, and owns
-// every buffer passed in.
+// Each primitive streams one row of V probabilities (or logits) with
+// at::vec::Vectorized. Nothing here allocates or throws: the callers validate
+// shapes and ids before any row is read, own every buffer passed in, and turn
+// the flags returned here into errors that name the argument.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -14,6 +15,23 @@
 #include <cstdint>
 
 namespace spec_verify {
+
+// ----------------------------------------------------------------------------
+// Blocks: the unit of every float64 partial sum
+// ----------------------------------------------------------------------------
+
+// A row is cut into blocks of at least kMinBlock elements and at most
+// kMaxBlocks blocks, so a per-block float64 partial sum fits on the stack
+// (16 KiB) and an inverse-CDF search touches a single block.
+constexpr int64_t kMinBlock = 512;
+constexpr int64_t kMaxBlocks = 2048;
+
+inline int64_t block_size_for(int64_t vocab) {
+  int64_t block = (vocab + kMaxBlocks - 1) / kMaxBlocks;
+  if (block < kMinBlock) block = kMinBlock;
+  // Round up to 64 elements: a whole number of vectors on every ISA.
+  return (block + 63) / 64 * 64;
+}
 
 // ----------------------------------------------------------------------------
 // The shared exponential, exp_sv
@@ -56,6 +74,10 @@ constexpr float kExpClamp = -87.0f;
 constexpr float kBinsPerUnit = 8.0f;
 constexpr int32_t kNumBins = 704;  // > 87 * 8: every z in [kExpClamp, 0]
 
+// ----------------------------------------------------------------------------
+// The table
+// ----------------------------------------------------------------------------
+
 struct RowScan {
   float max;         // the largest logit (float32); -inf if every logit is -inf
   bool has_nan;      // some logit is NaN
@@ -63,15 +85,35 @@ struct RowScan {
 };
 
 template <typename scalar_t>
-struct WarpOps {
+struct RowOps {
+  // --- rows of probabilities (csrc/cpu/rows.cpp) ---
+
+  // Index of the maximum of row[0, n), the lowest index on ties (as
+  // torch.argmax), comparing in float32. Returns -1 if the row holds a NaN.
+  int64_t (*argmax)(const scalar_t* row, int64_t n, int64_t block);
+
+  // float64 sum of each block of row[0, n) into block_sums[], and the total.
+  // *suspect is set when some element may be negative (its sign bit is set:
+  // -0.0 also trips it, so the caller confirms with an exact scan). NaN and
+  // inf make the total non-finite.
+  double (*mass)(const scalar_t* row, int64_t n, int64_t block, double* block_sums, bool* suspect);
+
+  // float64 block sums of the unnormalized residual
+  //   r(x) = max(0, target(x) * draft_mass - draft(x) * target_mass),
+  // i.e. max(0, p - q) scaled by target_mass * draft_mass; and the total.
+  // See Note [Residual bit-exactness] (csrc/decide.h).
+  double (*residual)(const scalar_t* target, const scalar_t* draft, int64_t n, double target_mass,
+                     double draft_mass, int64_t block, double* block_sums);
+
+  // --- rows of logits, warped (csrc/cpu/warp.cpp) ---
+
   // Max of row[0, n), NaN and +inf flags. If chunk_max is given, also the
   // max of each chunk of `chunk` logits (chunk a multiple of 16).
   RowScan (*scan)(const scalar_t* row, int64_t n, int64_t chunk, float* chunk_max);
 
   // Ids x with row[x] >= threshold, in order, into out (at most cap of
   // them); returns how many there are.
-  int64_t (*collect_at_least)(const scalar_t* row, int64_t n, float threshold, int32_t* out,
-                              int64_t cap);
+  int64_t (*collect_at_least)(const scalar_t* row, int64_t n, float threshold, int32_t* out, int64_t cap);
 
   // out[x] = exp_sv((row[x] - row_max) * scale) if row[x] >= cut and that
   // weight is >= min_weight, else 0; float64 block sums and their total.
@@ -85,8 +127,8 @@ struct WarpOps {
 
   // bin_mass[b] += weights[x] over the ids with weights[x] > 0 in z-bin b
   // (bin_mass has kNumBins entries, zeroed by the caller).
-  void (*histogram)(const scalar_t* row, const float* weights, int64_t n, float row_max,
-                    float scale, double* bin_mass);
+  void (*histogram)(const scalar_t* row, const float* weights, int64_t n, float row_max, float scale,
+                    double* bin_mass);
 
   // Ids x with weights[x] > 0 in z-bin `bin`, in order, into out (at most
   // cap); returns how many there are.
@@ -94,23 +136,39 @@ struct WarpOps {
                          float scale, int32_t bin, int32_t* out, int64_t cap);
 };
 
-struct WarpTable {
-  const char* isa;
-  WarpOps<float> f32;
-  WarpOps<c10::Half> f16;
-  WarpOps<c10::BFloat16> bf16;
+struct KernelTable {
+  const char* isa;       // "DEFAULT", "AVX2", "AVX512" ("NEON" on aarch64): the argmax
+  const char* mass_isa;  // the ISA of the float64 passes (mass, residual)
+  const char* warp_isa;  // the ISA of the warping passes (scan ... collect_bin, weights_of)
+  int float_lanes;       // at::vec::Vectorized<float>::size() on `isa`
+  RowOps<float> f32;
+  RowOps<c10::Half> f16;
+  RowOps<c10::BFloat16> bf16;
   // out[j] = exp_sv((logits[j] - row_max) * scale), 0 below kExpFloor: the
   // weights of a short list of float32 logits (the top-k candidates).
   void (*weights_of)(const float* logits, int64_t n, float row_max, float scale, float* out);
 };
 
-// One table per compiled instruction set (see tools/build_kernel.py).
-namespace DEFAULT { const WarpTable& warp_table(); }
+// One table per compiled instruction set (csrc/cpu/kernel_table.cpp).
+namespace DEFAULT { const KernelTable& kernel_table(); }
 #if defined(SV_HAVE_AVX2)
-namespace AVX2 { const WarpTable& warp_table(); }
+namespace AVX2 { const KernelTable& kernel_table(); }
 #endif
 #if defined(SV_HAVE_AVX512)
-namespace AVX512 { const WarpTable& warp_table(); }
+namespace AVX512 { const KernelTable& kernel_table(); }
 #endif
+
+// The table for this CPU, chosen once (csrc/dispatch.cpp).
+const KernelTable& kernels();
+
+// Its row primitives for one dtype.
+template <typename scalar_t>
+const RowOps<scalar_t>& row_ops();
+template <>
+const RowOps<float>& row_ops<float>();
+template <>
+const RowOps<c10::Half>& row_ops<c10::Half>();
+template <>
+const RowOps<c10::BFloat16>& row_ops<c10::BFloat16>();
 
 }  // namespace spec_verify

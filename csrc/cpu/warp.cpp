@@ -1,13 +1,12 @@
-// Warping primitives, vectorized with at::vec::Vectorized.
-//
-// Compiled once per instruction set with -DCPU_CAPABILITY=<ISA> (and that
-// ISA's -m flags), like verify_rows.cpp: every symbol lives in namespace
-// spec_verify::<ISA>, and logits_ops.cpp picks one table at run time.
+// Row primitives over logits: the warping passes scan, collect_at_least,
+// weights, refine, histogram, collect_bin and weights_of (see
+// csrc/kernel_table.h for their contracts). Compiled once per instruction set,
+// like rows.cpp; the row-level logic that calls them is csrc/warp.cpp.
 //
 // Every loop has the same shape: full vectors of Vec::size() logits (two at
 // a time where a dependency chain matters), then one loadu(ptr, n) tail whose
 // missing lanes are -inf, which has weight 0 and never passes a cut.
-#include "warp_rows.h"
+#include "kernels.h"
 #include "vec_float64.h"
 
 #include <ATen/cpu/vec/functional.h>
@@ -17,9 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#define SV_STRINGIFY_(x) #x
-#define SV_STRINGIFY(x) SV_STRINGIFY_(x)
 
 namespace spec_verify {
 namespace CPU_CAPABILITY {
@@ -82,12 +78,23 @@ inline int lanes_set(const Vec& mask, int64_t count) {
   return count >= Vec::size() ? bits : bits & ((1 << count) - 1);
 }
 
+// Appends offset + j for each set bit j of `bits` to out (at most cap ids
+// stored; `found` counts them all).
+inline void append_ids(int bits, int64_t offset, int32_t* out, int64_t cap, int64_t& found) {
+  while (bits != 0) {
+    const int j = __builtin_ctz(static_cast<unsigned>(bits));
+    if (found < cap) out[found] = static_cast<int32_t>(offset + j);
+    ++found;
+    bits &= bits - 1;
+  }
+}
+
 inline float max_lanes(const Vec& v) {
   return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::clamp_min(a, b); }, v);
 }
 
 // ----------------------------------------------------------------------------
-// exp_sv and the warped weight (the definition is in warp_rows.h)
+// exp_sv and the warped weight (the definition is in csrc/kernel_table.h)
 // ----------------------------------------------------------------------------
 
 inline Vec exp_sv(const Vec& z) {
@@ -165,13 +172,7 @@ int64_t collect_at_least_row(const scalar_t* row, int64_t n, float threshold, in
   int64_t found = 0;
   for_each_vec(row, 0, n, [&](int64_t i, const Vec& x, int64_t count) {
     // Usually no lane passes: one compare and one mask test per vector.
-    int bits = lanes_set(x >= thr, count);
-    while (bits != 0) {
-      const int j = __builtin_ctz(static_cast<unsigned>(bits));
-      if (found < cap) out[found] = static_cast<int32_t>(i + j);
-      ++found;
-      bits &= bits - 1;
-    }
+    append_ids(lanes_set(x >= thr, count), i, out, cap, found);
   });
   return found;
 }
@@ -188,10 +189,7 @@ double weights_row(const scalar_t* row, int64_t n, float row_max, float scale, f
     const Vec w = exp_sv(z_of(x, mx, sc)) & (x >= cut_v);
     return w & (w >= min_w);
   };
-  double total = 0.0;
-  int64_t b = 0;
-  for (int64_t start = 0; start < n; start += block, ++b) {
-    const int64_t end = std::min(n, start + block);
+  return sum_blocks(n, block, block_sums, [&](int64_t start, int64_t end) {
     VecD s0(0.0), s1(0.0), s2(0.0), s3(0.0);
     int64_t i = start;
     for (; i + 2 * Vec::size() <= end; i += 2 * Vec::size()) {
@@ -215,20 +213,15 @@ double weights_row(const scalar_t* row, int64_t n, float row_max, float scale, f
       s0 = s0 + d0;
       s1 = s1 + d1;
     });
-    block_sums[b] = sum_lanes((s0 + s1) + (s2 + s3));
-    total += block_sums[b];
-  }
-  return total;
+    return sum_lanes((s0 + s1) + (s2 + s3));
+  });
 }
 
 template <typename scalar_t>
 double refine_row(const scalar_t* row, float* weights, int64_t n, float cut, float min_weight,
                   int64_t block, double* block_sums) {
   const Vec cut_v(cut), min_w(min_weight);
-  double total = 0.0;
-  int64_t b = 0;
-  for (int64_t start = 0; start < n; start += block, ++b) {
-    const int64_t end = std::min(n, start + block);
+  return sum_blocks(n, block, block_sums, [&](int64_t start, int64_t end) {
     VecD s0(0.0), s1(0.0);
     for_each_vec(row, start, end, [&](int64_t j, const Vec& x, int64_t count) {
       Vec w = Vec::loadu(weights + j, count) & (x >= cut_v);
@@ -239,10 +232,8 @@ double refine_row(const scalar_t* row, float* weights, int64_t n, float cut, flo
       s0 = s0 + d0;
       s1 = s1 + d1;
     });
-    block_sums[b] = sum_lanes(s0 + s1);
-    total += block_sums[b];
-  }
-  return total;
+    return sum_lanes(s0 + s1);
+  });
 }
 
 // ----------------------------------------------------------------------------
@@ -277,13 +268,7 @@ int64_t collect_bin_row(const scalar_t* row, const float* weights, int64_t n, fl
     const Vec w = Vec::loadu(weights + i, count);
     const Vec f = bin_of(z_of(x, mx, sc));
     // trunc(f) == bin  <=>  bin <= f < bin + 1, for f >= 0
-    int bits = lanes_set((w > Vec(0.f)) & (f >= lo) & (f < hi), count);
-    while (bits != 0) {
-      const int j = __builtin_ctz(static_cast<unsigned>(bits));
-      if (found < cap) out[found] = static_cast<int32_t>(i + j);
-      ++found;
-      bits &= bits - 1;
-    }
+    append_ids(lanes_set((w > Vec(0.f)) & (f >= lo) & (f < hi), count), i, out, cap, found);
   });
   return found;
 }
@@ -300,23 +285,22 @@ void weights_of_list(const float* logits, int64_t n, float row_max, float scale,
 }
 
 template <typename scalar_t>
-constexpr WarpOps<scalar_t> warp_ops() {
-  return WarpOps<scalar_t>{&scan_row<scalar_t>,    &collect_at_least_row<scalar_t>,
-                           &weights_row<scalar_t>, &refine_row<scalar_t>,
-                           &histogram_row<scalar_t>, &collect_bin_row<scalar_t>};
+void add_warp(RowOps<scalar_t>& ops) {
+  ops.scan = &scan_row<scalar_t>;
+  ops.collect_at_least = &collect_at_least_row<scalar_t>;
+  ops.weights = &weights_row<scalar_t>;
+  ops.refine = &refine_row<scalar_t>;
+  ops.histogram = &histogram_row<scalar_t>;
+  ops.collect_bin = &collect_bin_row<scalar_t>;
 }
 
 }  // namespace
 
-const WarpTable& warp_table() {
-#if defined(__aarch64__)
-  static constexpr const char* kIsa = "NEON";  // the DEFAULT build is NEON here
-#else
-  static constexpr const char* kIsa = SV_STRINGIFY(CPU_CAPABILITY);
-#endif
-  static const WarpTable table{kIsa, warp_ops<float>(), warp_ops<c10::Half>(),
-                               warp_ops<c10::BFloat16>(), &weights_of_list};
-  return table;
+void add_warp_kernels(KernelTable& table) {
+  add_warp(table.f32);
+  add_warp(table.f16);
+  add_warp(table.bf16);
+  table.weights_of = &weights_of_list;
 }
 
 }  // namespace CPU_CAPABILITY

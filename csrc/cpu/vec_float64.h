@@ -1,11 +1,14 @@
-// float -> float64 widening and lane sums, shared by the per-ISA files
-// (verify_rows.cpp, warp_rows.cpp). Include only from a file compiled with
+// float -> float64 widening, lane sums and block sums, shared by the per-ISA files
+// (rows.cpp, warp.cpp). Include only from a file compiled with
 // -DCPU_CAPABILITY=<ISA>: everything lands in spec_verify::<ISA>.
 #pragma once
 
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/irange.h>
+
+#include <algorithm>
+#include <cstdint>
 
 namespace spec_verify {
 namespace CPU_CAPABILITY {
@@ -42,6 +45,23 @@ inline void widen(const Vec& v, VecD& lo, VecD& hi) {
 
 inline double sum_lanes(const VecD& v) {
   return at::vec::vec_reduce_all<double>([](VecD& a, VecD& b) { return a + b; }, v);
+}
+
+// ----------------------------------------------------------------------------
+// Blocks: every float64 row pass is a sum of per-block sums
+// ----------------------------------------------------------------------------
+
+// block_sums[b] = block_sum(start, end) for each block [start, end) of
+// [0, n), in order; returns their float64 total, summed in block order.
+template <typename BlockSum>
+inline double sum_blocks(int64_t n, int64_t block, double* block_sums, BlockSum&& block_sum) {
+  double total = 0.0;
+  int64_t b = 0;
+  for (int64_t start = 0; start < n; start += block, ++b) {
+    block_sums[b] = block_sum(start, std::min(n, start + block));
+    total += block_sums[b];
+  }
+  return total;
 }
 
 }  // namespace CPU_CAPABILITY

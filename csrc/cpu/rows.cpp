@@ -1,15 +1,12 @@
-// Row primitives, vectorized with at::vec::Vectorized.
-//
-// This file is compiled once per instruction set with -DCPU_CAPABILITY=<ISA>
-// (and that ISA's -m flags), the way ATen builds its own CPU kernels: every
-// symbol lives in namespace spec_verify::<ISA>, and verify_ops.cpp picks one
-// table at run time from at::get_cpu_capability(). On aarch64 the DEFAULT
-// build is NEON (Vectorized<float> is 4 wide there).
+// Row primitives over probabilities: argmax, mass, residual (see
+// csrc/kernel_table.h for their contracts). Compiled once per instruction set
+// (csrc/cpu/kernel_table.cpp says how); vectorized with at::vec::Vectorized.
+// On aarch64 the DEFAULT build is NEON (Vectorized<float> is 4 wide there).
 //
 // Every loop below has the same shape: a row is cut into blocks; inside a
 // block, full chunks of two float vectors, then one loadu(ptr, n) tail whose
 // missing lanes are zero (or -inf where zero would change the answer).
-#include "verify_rows.h"
+#include "kernels.h"
 #include "vec_float64.h"
 
 #include <ATen/cpu/vec/functional.h>
@@ -19,9 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#define SV_STRINGIFY_(x) #x
-#define SV_STRINGIFY(x) SV_STRINGIFY_(x)
 
 namespace spec_verify {
 namespace CPU_CAPABILITY {
@@ -204,10 +198,7 @@ template <typename scalar_t>
 double mass_row(const scalar_t* row, int64_t n, int64_t block, double* block_sums, bool* suspect) {
   using C = Chunk<scalar_t>;
   Vec sign_bits(0.f);  // bitwise OR of every element: a set sign bit flags a negative
-  double total = 0.0;
-  int64_t b = 0;
-  for (int64_t start = 0; start < n; start += block, ++b) {
-    const int64_t end = std::min(n, start + block);
+  const double total = sum_blocks(n, block, block_sums, [&](int64_t start, int64_t end) {
     VecD s0(0.0), s1(0.0), s2(0.0), s3(0.0);
     int64_t i = start;
     for (; i + C::kSize <= end; i += C::kSize) {
@@ -233,9 +224,8 @@ double mass_row(const scalar_t* row, int64_t n, int64_t block, double* block_sum
       s2 = s2 + w2;
       s3 = s3 + w3;
     }
-    block_sums[b] = sum_lanes((s0 + s1) + (s2 + s3));
-    total += block_sums[b];
-  }
+    return sum_lanes((s0 + s1) + (s2 + s3));
+  });
   *suspect = any_sign_bit(sign_bits);
   return total;
 }
@@ -249,13 +239,10 @@ double residual_row(const scalar_t* target, const scalar_t* draft, int64_t n, do
                     double draft_mass, int64_t block, double* block_sums) {
   using C = Chunk<scalar_t>;
   const VecD tm(target_mass), dm(draft_mass), zero(0.0);
-  double total = 0.0;
-  int64_t b = 0;
-  for (int64_t start = 0; start < n; start += block, ++b) {
-    const int64_t end = std::min(n, start + block);
+  return sum_blocks(n, block, block_sums, [&](int64_t start, int64_t end) {
     VecD s0(0.0), s1(0.0), s2(0.0), s3(0.0);
-    // The same expression, in the same order, as the scalar residual_at() in
-    // verify_ops.cpp and the reference (no FMA: built with -ffp-contract=off).
+    // See Note [Residual bit-exactness] (csrc/decide.h): the scalar
+    // residual(), in the same order (no FMA: built with -ffp-contract=off).
     auto accumulate = [&](const VecD* t, const VecD* d) {
       s0 = s0 + at::vec::clamp_min(t[0] * dm - d[0] * tm, zero);
       s1 = s1 + at::vec::clamp_min(t[1] * dm - d[1] * tm, zero);
@@ -280,28 +267,24 @@ double residual_row(const scalar_t* target, const scalar_t* draft, int64_t n, do
       widen(d_hi, d[2], d[3]);
       accumulate(t, d);
     }
-    block_sums[b] = sum_lanes((s0 + s1) + (s2 + s3));
-    total += block_sums[b];
-  }
-  return total;
+    return sum_lanes((s0 + s1) + (s2 + s3));
+  });
 }
 
 template <typename scalar_t>
-constexpr RowOps<scalar_t> row_ops() {
-  return RowOps<scalar_t>{&argmax_row<scalar_t>, &mass_row<scalar_t>, &residual_row<scalar_t>};
+void add_rows(RowOps<scalar_t>& ops) {
+  ops.argmax = &argmax_row<scalar_t>;
+  ops.mass = &mass_row<scalar_t>;
+  ops.residual = &residual_row<scalar_t>;
 }
 
 }  // namespace
 
-const KernelTable& kernel_table() {
-#if defined(__aarch64__)
-  static constexpr const char* kIsa = "NEON";  // the DEFAULT build is NEON here
-#else
-  static constexpr const char* kIsa = SV_STRINGIFY(CPU_CAPABILITY);
-#endif
-  static const KernelTable table{kIsa, kIsa, static_cast<int>(Vec::size()), row_ops<float>(),
-                                 row_ops<c10::Half>(), row_ops<c10::BFloat16>()};
-  return table;
+void add_row_kernels(KernelTable& table) {
+  table.float_lanes = static_cast<int>(Vec::size());
+  add_rows(table.f32);
+  add_rows(table.f16);
+  add_rows(table.bf16);
 }
 
 }  // namespace CPU_CAPABILITY

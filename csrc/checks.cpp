@@ -1,68 +1,18 @@
-// The shared checks, uniforms and kernel choice (see verify_common.h).
-#include "verify_common.h"
+// Argument checks and uniforms (see checks.h).
+#include "checks.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Functions.h>
-#include <ATen/Version.h>
 #include <ATen/core/DistributionsHelper.h>
 #include <c10/util/irange.h>
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
 namespace spec_verify {
-namespace {
-
-const KernelTable& select_kernels() {
-#if defined(SV_HAVE_AVX512) || defined(SV_HAVE_AVX2)
-  // ATen's own choice: what the CPU supports, capped by ATEN_CPU_CAPABILITY.
-  const std::string capability = at::get_cpu_capability();
-#endif
-#if defined(SV_HAVE_AVX512) && defined(SV_HAVE_AVX2)
-  if (capability == "AVX512") {
-    // The argmax runs 512 bits wide, but the float64 passes (mass, residual)
-    // borrow the AVX2 build: their float -> double conversions run at half
-    // the throughput 512 bits wide on the Zen 5 we measure on (sampled
-    // verification 29 us vs 21 us at V=32000, K=4; `make bench`).
-    static const KernelTable mixed = [] {
-      KernelTable table = AVX512::kernel_table();
-      const KernelTable& narrow = AVX2::kernel_table();
-      table.mass_isa = narrow.isa;
-      table.f32.mass = narrow.f32.mass;
-      table.f32.residual = narrow.f32.residual;
-      table.f16.mass = narrow.f16.mass;
-      table.f16.residual = narrow.f16.residual;
-      table.bf16.mass = narrow.bf16.mass;
-      table.bf16.residual = narrow.bf16.residual;
-      return table;
-    }();
-    return mixed;
-  }
-#endif
-#if defined(SV_HAVE_AVX2)
-  if (capability == "AVX512" || capability == "AVX2") return AVX2::kernel_table();
-#endif
-  // Fallback: the generic Vectorized build (NEON on aarch64).
-  return DEFAULT::kernel_table();
-}
-
-
-}  // namespace
-
-const KernelTable& kernels() {
-  static const KernelTable& table = select_kernels();
-  return table;
-}
-
-template <>
-const RowOps<float>& row_ops<float>() { return kernels().f32; }
-template <>
-const RowOps<c10::Half>& row_ops<c10::Half>() { return kernels().f16; }
-template <>
-const RowOps<c10::BFloat16>& row_ops<c10::BFloat16>() { return kernels().bf16; }
 
 // ----------------------------------------------------------------------------
-// Argument checks
+// Tensors
 // ----------------------------------------------------------------------------
 
 std::string where(int64_t seq, int64_t row, int64_t col) {
@@ -90,38 +40,92 @@ void check_tokens(const char* name, const at::Tensor& t, int64_t ndim) {
   TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be on the CPU for this op, got ", t.device());
 }
 
+void check_vocab(const char* name, int64_t vocab) {
+  TORCH_CHECK_VALUE(vocab >= 1, name, " must have a vocabulary of at least one token (V >= 1)");
+}
+
 at::Tensor unit_stride_rows(const at::Tensor& t) {
   return (t.size(-1) > 1 && t.stride(-1) != 1) ? t.contiguous() : t;
 }
 
+// ----------------------------------------------------------------------------
+// The verify ops' shapes
+// ----------------------------------------------------------------------------
+
+namespace {
+
 void check_token_range(const IntView& tokens, int64_t seq, int64_t count, int64_t vocab) {
   for (const auto i : c10::irange(count)) {
-    const int64_t id = tokens.at(seq < 0 ? 0 : seq, i);
+    const int64_t id = tokens.at(seq, i);
     TORCH_CHECK_INDEX(id >= 0 && id < vocab, "draft_tokens", where(seq, i), " holds token id ", id,
                       ", outside [0, V) with V = ", vocab);
   }
 }
 
-std::vector<int64_t> draft_counts(const std::optional<at::Tensor>& num_draft_tokens, int64_t batch,
-                                  int64_t k_max) {
-  std::vector<int64_t> counts(batch, k_max);
-  if (!num_draft_tokens.has_value()) return counts;  // default: every sequence has K tokens
-  const at::Tensor& t = *num_draft_tokens;
-  check_tokens("num_draft_tokens", t, 1);
-  TORCH_CHECK_VALUE(t.size(0) == batch, "num_draft_tokens must have B = ", batch,
-                    " entries, got shape ", t.sizes());
-  const IntView view(t);
-  for (const auto b : c10::irange(batch)) {
-    counts[b] = view.at(0, b);
-    TORCH_CHECK_VALUE(counts[b] >= 0 && counts[b] <= k_max, "num_draft_tokens[", b, "] is ",
-                      counts[b], ", outside [0, K] with K = ", k_max);
+}  // namespace
+
+Dims check_verify_args(const char* target_name, const at::Tensor& target, const char* draft_name,
+                       const at::Tensor* draft, const at::Tensor& draft_tokens, int64_t lead) {
+  check_float_rows(target_name, target, 2 + lead);
+  if (draft != nullptr) check_float_rows(draft_name, *draft, 2 + lead);
+  check_tokens("draft_tokens", draft_tokens, 1 + lead);
+  const int64_t batch = lead == 0 ? 1 : draft_tokens.size(0);
+  const int64_t k = draft_tokens.size(lead);
+  if (lead == 0) {
+    TORCH_CHECK_VALUE(target.size(0) == k + 1, target_name, " must have K+1 = ", k + 1, " rows for K = ", k,
+                      " draft_tokens, got shape ", target.sizes());
+  } else {
+    TORCH_CHECK_VALUE(target.size(0) == batch && target.size(1) == k + 1, target_name,
+                      " must have shape [B, K+1, V] = [", batch, ", ", k + 1, ", V], got ", target.sizes());
   }
+  const int64_t vocab = target.size(1 + lead);
+  check_vocab(target_name, vocab);
+  if (draft != nullptr) {
+    TORCH_CHECK_TYPE(draft->scalar_type() == target.scalar_type(), draft_name, " must have the dtype of ",
+                     target_name, " (", target.scalar_type(), "), got ", draft->scalar_type());
+    if (lead == 0) {
+      TORCH_CHECK_VALUE(draft->size(0) == k && draft->size(1) == vocab, draft_name,
+                        " must have shape [K, V] = [", k, ", ", vocab, "], got ", draft->sizes());
+    } else {
+      TORCH_CHECK_VALUE(draft->size(0) == batch && draft->size(1) == k && draft->size(2) == vocab, draft_name,
+                        " must have shape [B, K, V] = [", batch, ", ", k, ", ", vocab, "], got ",
+                        draft->sizes());
+    }
+  }
+  if (lead == 0) check_token_range(IntView(draft_tokens), -1, k, vocab);
+  return {batch, k, vocab};
+}
+
+std::vector<int64_t> draft_counts(const std::optional<at::Tensor>& num_draft_tokens,
+                                  const at::Tensor& draft_tokens, const Dims& dims) {
+  std::vector<int64_t> counts(dims.batch, dims.k);  // default: every sequence has K tokens
+  if (num_draft_tokens.has_value()) {
+    const at::Tensor& t = *num_draft_tokens;
+    check_tokens("num_draft_tokens", t, 1);
+    TORCH_CHECK_VALUE(t.size(0) == dims.batch, "num_draft_tokens must have B = ", dims.batch,
+                      " entries, got shape ", t.sizes());
+    const IntView view(t);
+    for (const auto b : c10::irange(dims.batch)) {
+      counts[b] = view.at(0, b);
+      TORCH_CHECK_VALUE(counts[b] >= 0 && counts[b] <= dims.k, "num_draft_tokens[", b, "] is ", counts[b],
+                        ", outside [0, K] with K = ", dims.k);
+    }
+  }
+  const IntView tokens(draft_tokens);
+  for (const auto b : c10::irange(dims.batch)) check_token_range(tokens, b, counts[b], dims.vocab);
   return counts;
 }
 
 // ----------------------------------------------------------------------------
 // Uniforms
 // ----------------------------------------------------------------------------
+
+c10::SmallVector<int64_t, 2> uniform_shape(const Dims& dims, int64_t lead) {
+  if (lead == 0) return {dims.k + 1};
+  return {dims.batch, dims.k + 1};
+}
+
+namespace {
 
 void read_uniforms(const at::Tensor& u, at::IntArrayRef shape, double* out, const char* what) {
   TORCH_CHECK_TYPE(u.scalar_type() == at::kDouble, "uniforms must be float64, got ", u.scalar_type());
@@ -143,13 +147,14 @@ void read_uniforms(const at::Tensor& u, at::IntArrayRef shape, double* out, cons
 }
 
 void draw_uniforms(const std::optional<at::Generator>& generator, double* out, int64_t count) {
-  auto* gen = at::get_generator_or_default<at::CPUGeneratorImpl>(
-      generator, at::detail::getDefaultCPUGenerator());
+  auto* gen = at::get_generator_or_default<at::CPUGeneratorImpl>(generator, at::detail::getDefaultCPUGenerator());
   // Lock the generator while drawing: another thread may share it.
   std::lock_guard<std::mutex> lock(gen->mutex_);
   at::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (const auto i : c10::irange(count)) out[i] = uniform(gen);
 }
+
+}  // namespace
 
 void take_uniforms(const std::optional<at::Tensor>& uniforms, const std::optional<at::Generator>& generator,
                    bool draw, at::IntArrayRef shape, double* out, const char* what) {
@@ -161,14 +166,6 @@ void take_uniforms(const std::optional<at::Tensor>& uniforms, const std::optiona
     for (const auto s : shape) count *= s;
     draw_uniforms(generator, out, count);
   }
-}
-
-at::Tensor as_tensor(const std::tuple<int64_t, int64_t>& decision) {
-  at::Tensor out = at::empty({2}, at::kLong);
-  int64_t* data = out.data_ptr<int64_t>();
-  data[0] = std::get<0>(decision);
-  data[1] = std::get<1>(decision);
-  return out;
 }
 
 }  // namespace spec_verify

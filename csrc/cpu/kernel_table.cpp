@@ -1,0 +1,32 @@
+// This instruction set's KernelTable (see csrc/kernel_table.h).
+//
+// Every file in csrc/cpu/ is compiled once per instruction set with
+// -DCPU_CAPABILITY=<ISA> -DCPU_CAPABILITY_<ISA> and that ISA's -m flags, the
+// way ATen builds its native/cpu/ kernels: every symbol lives in namespace
+// spec_verify::<ISA>, and csrc/dispatch.cpp picks one table at run time.
+#include "kernels.h"
+
+#define SV_STRINGIFY_(x) #x
+#define SV_STRINGIFY(x) SV_STRINGIFY_(x)
+
+namespace spec_verify {
+namespace CPU_CAPABILITY {
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+#if defined(__aarch64__)
+    const char* isa = "NEON";  // the DEFAULT build is NEON here
+#else
+    const char* isa = SV_STRINGIFY(CPU_CAPABILITY);
+#endif
+    KernelTable t{};
+    t.isa = t.mass_isa = t.warp_isa = isa;
+    add_row_kernels(t);
+    add_warp_kernels(t);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace CPU_CAPABILITY
+}  // namespace spec_verify

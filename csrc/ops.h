@@ -1,0 +1,90 @@
+// Every op's C++ signature, as registered in torch-ext/torch_binding.cpp
+// (the schemas are there). The probability ops are in ops_probs.cpp, the
+// logits ops in ops_logits.cpp, build_info in dispatch.cpp.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+
+namespace spec_verify {
+
+// ----------------------------------------------------------------------------
+// Probabilities in (ops_probs.cpp)
+// ----------------------------------------------------------------------------
+
+// -> (n_accepted, next_token) as two ints: what the eager wrappers call, with
+// no output tensor to allocate and convert (about 1 us per call).
+std::tuple<int64_t, int64_t> verify_greedy_ints(const at::Tensor& target_probs,
+                                                const at::Tensor& draft_tokens);
+std::tuple<int64_t, int64_t> verify_sampled_ints(const at::Tensor& target_probs,
+                                                 const at::Tensor& draft_probs,
+                                                 const at::Tensor& draft_tokens,
+                                                 const std::optional<at::Tensor>& uniforms,
+                                                 std::optional<at::Generator> generator);
+
+// -> int64 [2]: (n_accepted, next_token). The traceable form (fake
+// implementations, torch.compile, opcheck): the same decision, packed.
+at::Tensor verify_greedy(const at::Tensor& target_probs, const at::Tensor& draft_tokens);
+at::Tensor verify_sampled(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                          const at::Tensor& draft_tokens, const std::optional<at::Tensor>& uniforms,
+                          std::optional<at::Generator> generator);
+
+// -> (n_accepted [B], next_token [B]), int64
+std::tuple<at::Tensor, at::Tensor> verify_greedy_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens);
+
+std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator);
+
+// ----------------------------------------------------------------------------
+// Logits in (ops_logits.cpp): temperature, top-k, top-p and min-p applied
+// identically to draft and target inside the op
+// ----------------------------------------------------------------------------
+
+// -> (n_accepted, next_token) as two ints, for eager calls (no output tensor).
+std::tuple<int64_t, int64_t> verify_logits_ints(const at::Tensor& target_logits,
+                                                const at::Tensor& draft_logits,
+                                                const at::Tensor& draft_tokens, double temperature,
+                                                int64_t top_k, double top_p, double min_p,
+                                                const std::optional<at::Tensor>& uniforms,
+                                                std::optional<at::Generator> generator);
+
+// -> int64 [2]: (n_accepted, next_token). The traceable form.
+at::Tensor verify_logits(const at::Tensor& target_logits, const at::Tensor& draft_logits,
+                         const at::Tensor& draft_tokens, double temperature, int64_t top_k,
+                         double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
+                         std::optional<at::Generator> generator);
+
+// -> (n_accepted [B], next_token [B]), int64
+std::tuple<at::Tensor, at::Tensor> verify_logits_batched(
+    const at::Tensor& target_logits, const at::Tensor& draft_logits, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens, double temperature, int64_t top_k,
+    double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator);
+
+// draft_logits [N, V] -> int64 [N]: row j's token drawn from its warped
+// distribution with uniform j (argmax at temperature 0).
+at::Tensor sample_draft(const at::Tensor& draft_logits, double temperature, int64_t top_k,
+                        double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
+                        std::optional<at::Generator> generator);
+
+// logits [N, V] -> float32 [N, V]: the warped weights (normalize=false) or
+// probabilities (normalize=true), exactly those verify_logits uses.
+at::Tensor warp_probs(const at::Tensor& logits, double temperature, int64_t top_k, double top_p,
+                      double min_p, bool normalize);
+
+// ----------------------------------------------------------------------------
+// Introspection (dispatch.cpp)
+// ----------------------------------------------------------------------------
+
+// "arch=x86_64;isa=AVX512;mass_isa=AVX2;warp_isa=AVX512;compiled=DEFAULT,AVX2,AVX512;float_lanes=16"
+std::string build_info();
+
+}  // namespace spec_verify

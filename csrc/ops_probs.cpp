@@ -1,0 +1,145 @@
+// The probability ops: verify_greedy and verify_sampled, single and batched.
+// Their row source reads rows of (unnormalized) probabilities directly with
+// the RowOps; the decisions are decide.h's. Everything here is O(K) per
+// sequence except the row passes and one inverse-CDF block walk.
+#include "ops.h"
+
+#include "checks.h"
+#include "decide.h"
+
+#include <c10/util/irange.h>
+
+#include <cmath>
+
+namespace spec_verify {
+namespace {
+
+// ----------------------------------------------------------------------------
+// The row source: probability rows
+// ----------------------------------------------------------------------------
+
+template <typename scalar_t>
+class ProbRows {
+ public:
+  ProbRows(const RowView<scalar_t>& target, const RowView<scalar_t>& draft, int64_t vocab)
+      : target_(target), draft_(draft), vocab_(vocab), block_(block_size_for(vocab)) {}
+
+  int64_t target_argmax(int64_t seq, int64_t i) const {
+    return checked_argmax("target_probs", target_.row(seq, i), vocab_, seq, i);
+  }
+
+  // The greedy probability ops read no draft rows: the draft token is taken as given.
+  void check_draft_argmax(int64_t /*seq*/, int64_t /*i*/, int64_t /*token*/) const {}
+
+  Weighed weigh(int64_t seq, int64_t i, int64_t token) {
+    t_ = target_.row(seq, i);
+    d_ = draft_.row(seq, i);
+    target_mass_ = checked_mass("target_probs", t_, seq, i, target_sums_);
+    draft_mass_ = checked_mass("draft_probs", d_, seq, i, scratch_sums_);
+    const double draft_at = as_double(d_[token]);
+    TORCH_CHECK_VALUE(draft_at != 0.0, "draft_probs", where(seq, i, token),
+                      " is zero: the draft cannot have sampled token ", token);
+    return {as_double(t_[token]), draft_at, target_mass_, draft_mass_};
+  }
+
+  int64_t draw_residual(double u) {
+    return draw_residual_dense(t_, d_, target_mass_, draft_mass_, vocab_, u, scratch_sums_,
+                               [&] { return draw_target(u); });
+  }
+
+  int64_t draw_bonus(int64_t seq, int64_t k, double u) {
+    t_ = target_.row(seq, k);
+    target_mass_ = checked_mass("target_probs", t_, seq, k, target_sums_);
+    return draw_target(u);
+  }
+
+ private:
+  // The target row weighed last, by its own law.
+  int64_t draw_target(double u) const {
+    return inverse_cdf(target_sums_, target_mass_, u, vocab_, block_,
+                       [&](int64_t x) { return as_double(t_[x]); });
+  }
+
+  // The row's float64 mass (block sums in block_sums), validated.
+  double checked_mass(const char* name, const scalar_t* row, int64_t seq, int64_t i, double* block_sums) const {
+    bool suspect = false;
+    const double mass = row_ops<scalar_t>().mass(row, vocab_, block_, block_sums, &suspect);
+    // The vector screen flags -0.0 too; the exact scan decides.
+    if (suspect || !std::isfinite(mass)) refuse_bad_entry(name, row, seq, i);
+    TORCH_CHECK_VALUE(mass > 0.0, name, where(seq, i), " sums to zero: every read row needs positive mass");
+    return mass;
+  }
+
+  // The first entry that is negative, NaN or inf; the row is then refused.
+  void refuse_bad_entry(const char* name, const scalar_t* row, int64_t seq, int64_t i) const {
+    for (const auto x : c10::irange(vocab_)) {
+      const float value = static_cast<float>(row[x]);
+      TORCH_CHECK_VALUE(std::isfinite(value) && value >= 0.f, name, where(seq, i, x), " is ", value,
+                        ": probabilities must be finite and non-negative");
+    }
+  }
+
+  RowView<scalar_t> target_, draft_;
+  int64_t vocab_, block_;
+  // The rows weighed last, their masses, and block sums: the target's, and
+  // scratch for the draft's (never read) and then the residual's.
+  const scalar_t* t_ = nullptr;
+  const scalar_t* d_ = nullptr;
+  double target_mass_ = 0.0, draft_mass_ = 0.0;
+  double target_sums_[kMaxBlocks];
+  double scratch_sums_[kMaxBlocks];
+};
+
+// The four ops: lead 0, the single form (two ints); lead 1, the batched form
+// (two tensors). draft_probs null: greedy (no draft rows, no uniforms).
+template <int kLead>
+auto verify_probs(const at::Tensor& target_probs, const at::Tensor* draft_probs, const at::Tensor& draft_tokens,
+                  const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+                  const std::optional<at::Generator>& generator) {
+  return run_verify<kLead, ProbRows>("target_probs", target_probs, "draft_probs", draft_probs, draft_tokens,
+                                     num_draft_tokens, uniforms, generator, /*greedy=*/draft_probs == nullptr,
+                                     "one per draft token plus one for the final draw");
+}
+
+}  // namespace
+
+// ============================================================================
+// The ops
+// ============================================================================
+
+std::tuple<int64_t, int64_t> verify_greedy_ints(const at::Tensor& target_probs, const at::Tensor& draft_tokens) {
+  return verify_probs<0>(target_probs, nullptr, draft_tokens, std::nullopt, std::nullopt, std::nullopt);
+}
+
+std::tuple<int64_t, int64_t> verify_sampled_ints(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                                                 const at::Tensor& draft_tokens,
+                                                 const std::optional<at::Tensor>& uniforms,
+                                                 std::optional<at::Generator> generator) {
+  return verify_probs<0>(target_probs, &draft_probs, draft_tokens, std::nullopt, uniforms, generator);
+}
+
+at::Tensor verify_greedy(const at::Tensor& target_probs, const at::Tensor& draft_tokens) {
+  return as_tensor(verify_greedy_ints(target_probs, draft_tokens));
+}
+
+at::Tensor verify_sampled(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                          const at::Tensor& draft_tokens, const std::optional<at::Tensor>& uniforms,
+                          std::optional<at::Generator> generator) {
+  return as_tensor(verify_sampled_ints(target_probs, draft_probs, draft_tokens, uniforms, generator));
+}
+
+// Batched, ragged: sequences in parallel, each exactly as the single op.
+std::tuple<at::Tensor, at::Tensor> verify_greedy_batched(const at::Tensor& target_probs,
+                                                         const at::Tensor& draft_tokens,
+                                                         const std::optional<at::Tensor>& num_draft_tokens) {
+  return verify_probs<1>(target_probs, nullptr, draft_tokens, num_draft_tokens, std::nullopt, std::nullopt);
+}
+
+std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator) {
+  return verify_probs<1>(target_probs, &draft_probs, draft_tokens, num_draft_tokens, uniforms, generator);
+}
+
+}  // namespace spec_verify
