@@ -46,16 +46,19 @@ INTEGRATION = str(ROOT / "integrations" / "transformers")
 
 # Prompts written for this bench, not taken from the training corpus (the
 # Python standard library's source; tests/test_hf_generate.py checks that
-# none occurs in it).
+# none occurs in it). Each ends at the end of a line, without the newline:
+# the tokenizer merges a newline with the next line's indentation, so a
+# prompt ending in a bare "\n" asks for a token boundary training never
+# shows, and the target itself then decodes poorly ("\n#\n#..." greedy).
 NOVEL_PROMPTS = [
-    "def fibonacci(n):\n",
-    "class BankAccount:\n    def __init__(self, owner, balance=0):\n",
-    "async def fetch_json(session, url):\n",
-    "def parse_temperature_log(lines):\n    readings = []\n",
-    "@dataclass\nclass Invoice:\n",
-    "def train_epoch(model, loader, optimizer):\n",
-    "# Convert a list of Celsius readings to Fahrenheit\n",
-    "def is_palindrome(word):\n",
+    "def fibonacci(n):",
+    "class BankAccount:\n    def __init__(self, owner, balance=0):",
+    "async def fetch_json(session, url):",
+    "def parse_temperature_log(lines):\n    readings = []",
+    "@dataclass\nclass Invoice:",
+    "def train_epoch(model, loader, optimizer):",
+    "def celsius_to_fahrenheit(readings):",
+    "def is_palindrome(word):",
 ]
 PROMPT_SETS = {"bench": e2e.BENCH_PROMPTS, "novel": NOVEL_PROMPTS}
 WORKLOAD = 8  # prompts per workload: each set cycled to this many

@@ -83,21 +83,25 @@ class ToyBatchedLM:
         self.row_logits = row_logits
         self.calls: list = []
 
-    def __call__(self, input_ids, attention_mask, position_ids, past_key_values=None, use_cache=True):
+    def __call__(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True):
         n, width = input_ids.shape
         cache = past_key_values if past_key_values is not None else ToyBatchedLM.Cache(n)
         start = cache.get_seq_length()
         cache.tokens = torch.cat([cache.tokens, input_ids], dim=1)
+        if attention_mask is None:  # the adapter's dense case: every slot visible, positions from the slots
+            attention_mask = torch.ones_like(cache.tokens)
+            position_ids = start + torch.arange(width).expand(n, width)
         assert tuple(attention_mask.shape) == tuple(cache.tokens.shape)
         self.calls.append((n, width))
         logits = torch.zeros(n, width, TABLE_V)
+        masks, tokens, positions = attention_mask.tolist(), cache.tokens.tolist(), position_ids.tolist()
         for b in range(n):
+            seen = [t for t, keep in zip(tokens[b][:start], masks[b][:start]) if keep]
             for j in range(width):
-                visible = attention_mask[b, : start + j + 1].bool()
-                if not visible[-1]:
+                if not masks[b][start + j]:
                     continue  # a hole: its output is never read
-                seen = cache.tokens[b, : start + j + 1][visible].tolist()
-                position = int(position_ids[b, j])
+                seen.append(tokens[b][start + j])
+                position = positions[b][j]
                 logits[b, j] = self.row_logits(seen if position == len(seen) - 1 else seen + [position % TABLE_V])
         return types.SimpleNamespace(logits=logits, past_key_values=cache)
 

@@ -189,9 +189,11 @@ def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, 
     ``n = 1`` and is named without its batch index.
     """
     name = (lambda b, i: f"[{b}, {i}]") if batched else (lambda b, i: f"[{i}]")  # noqa: E731
-    read = torch.arange(tokens.shape[1]).view(1, -1) < torch.tensor(budgets, dtype=torch.int64).view(-1, 1)
-    if bool(read.any()):
-        lo, hi = int(tokens[read].min()), int(tokens[read].max())
+    k_round = tokens.shape[1]
+    # Usually every sequence reads all K: then no mask is needed to find the extremes.
+    read = None if min(budgets) == k_round else torch.arange(k_round).view(1, -1) < torch.tensor(budgets).view(-1, 1)
+    if max(budgets) > 0:
+        lo, hi = (int(x) for x in torch.aminmax(tokens if read is None else tokens[read]))
         if lo < 0 or hi >= vocab:
             raise ValueError(
                 f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
@@ -203,11 +205,11 @@ def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, 
             f"{where} returned {rows_name} over V = {draft_rows.shape[-1]} tokens, but target_step "
             f"returned V = {vocab}: draft and target must share one vocabulary"
         )
-    if not sampled_probs or not bool(read.any()):
+    if not sampled_probs or max(budgets) == 0:
         return  # greedy never reads the draft rows; verify_logits checks the warped support itself
     rows3 = draft_rows.view(tokens.shape[0], tokens.shape[1], -1)
     picked = rows3.gather(2, tokens.to(rows3.device).unsqueeze(-1)).squeeze(-1)
-    zero = ((picked <= 0) & read.to(picked.device)).nonzero()
+    zero = ((picked <= 0) if read is None else (picked <= 0) & read.to(picked.device)).nonzero()
     if len(zero):
         b, i = int(zero[0, 0]), int(zero[0, 1])
         token = int(tokens[b, i])
