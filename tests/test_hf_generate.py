@@ -7,7 +7,8 @@ What is shown, and against which oracle:
   ``target.generate(do_sample=False)`` (transformers' greedy search), or,
   where it differs, the first differing position is a near-tie of the target
   there (top-2 logits within ``NEAR_TIE``), asserted and counted; both
-  accepted and rejected draft tokens occur;
+  accepted and rejected draft tokens occur; sampled rows fail that check
+  (negative control); small GPT-2, Qwen2 and Mistral pairs batch exactly too;
 * rows that stop at an eos are padded with ``pad_token_id`` after it, and the
   output is ``[B, T + longest]``, as ``generate()`` returns it;
 * sampled runs follow torch's seed and stay inside the warped support;
@@ -104,6 +105,18 @@ def test_greedy_rows_equal_their_own_unbatched_generate(hf, size):
     assert 0 < stats[0].accepted < stats[0].drafted  # both branches of verification ran
 
 
+def test_negative_control_sampled_rows_fail_the_greedy_check(hf):
+    # The near-tie allowance is narrow: rows sampled at temperature 1 differ
+    # from greedy where the target is far from a tie, and the check says so.
+    tokenizer, draft, target = hf
+    texts = PROMPTS[:3]
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    torch.manual_seed(0)
+    out = ours(target, draft, batch, max_new_tokens=MAX_NEW, do_sample=True, temperature=1.0, top_k=0)
+    with pytest.raises(AssertionError, match="not a near-tie"):
+        _check_rows(target, tokenizer, texts, out, batch.input_ids.shape[1], target.generation_config.pad_token_id)
+
+
 def test_rows_stopping_at_eos_are_padded_after_it(hf):
     tokenizer, draft, target = hf
     texts = PROMPTS[:4]
@@ -114,6 +127,37 @@ def test_rows_stopping_at_eos_are_padded_after_it(hf):
     lengths = [row.index(eos) + 1 if eos in row else MAX_NEW for row in out[:, width:].tolist()]
     assert out.shape[1] == width + max(lengths) and min(lengths) <= 3 < max(lengths)
     _check_rows(target, tokenizer, texts, out, width, 7, eos_token_id=eos, pad_token_id=7)
+
+
+def _tiny(kind: str, layers: int):
+    """A small random causal LM of another architecture (no eos: rows run to max_new_tokens)."""
+    import transformers
+
+    torch.manual_seed(layers)
+    common = dict(vocab_size=97, num_hidden_layers=layers, num_attention_heads=4, max_position_embeddings=256)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(vocab_size=97, n_embd=32, n_layer=layers, n_head=4, n_positions=256)
+    else:
+        config = getattr(transformers, f"{kind}Config")(hidden_size=32, intermediate_size=64, num_key_value_heads=2,
+                                                         **common)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, None
+    return model
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "Qwen2", "Mistral"])
+def test_other_architectures_batch_greedy_exactly(hf, kind):
+    # Learnt positions (GPT-2), rotary with grouped-query attention (Qwen2,
+    # Mistral): the per-row position ids and masked slots hold for them too.
+    target, draft = _tiny(kind, 2), _tiny(kind, 1)
+    prompts = [[5, 6, 7, 8, 9], [3], [10, 11, 12]]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    out = ours(target, draft, dict(input_ids=ids, attention_mask=(ids != 0).long()),  # no prompt holds id 0
+               max_new_tokens=16, do_sample=False)
+    for b, prompt in enumerate(prompts):
+        alone = target.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False)[0, len(prompt) :]
+        assert out[b, width:].tolist() == alone.tolist(), (kind, prompt)
 
 
 # ============================================================================
