@@ -94,6 +94,11 @@ def read_description(path: Path = BUILD_TOML) -> Description:
     return Description(name=config["general"]["name"], version=config["general"]["version"], sources=sources)
 
 
+# The row kernels start on a cache line, so their loops' placement (and speed:
+# a few percent on the Zen 5 we measure on) does not shift with whatever else
+# is linked before them.
+PER_ISA_FLAGS = ["-falign-functions=64"]
+
 # Per-ISA flags for the sources in csrc/cpu/, as ATen builds its CPU kernels.
 X86_ISAS = {
     "DEFAULT": [],
@@ -214,7 +219,7 @@ def build_library(description: Description, namespace: str, out_dir: Path, isas:
     for isa, isa_flags in isas.items():
         defines = [f"-DCPU_CAPABILITY={isa}", f"-DCPU_CAPABILITY_{isa}"]
         for source in description.compiled_per_isa:
-            jobs.append((source, obj_dir / object_name(source, isa), base + defines + isa_flags))
+            jobs.append((source, obj_dir / object_name(source, isa), base + defines + PER_ISA_FLAGS + isa_flags))
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for obj, seconds in pool.map(lambda job: compile_one(cxx, *job), jobs):
             print(f"build: compiled {obj.name} in {seconds:.1f} s")
