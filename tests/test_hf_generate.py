@@ -67,6 +67,7 @@ def _reference(target, tokenizer, text: str, **kwargs) -> list:
     return _REFERENCES[key]
 
 
+@torch.no_grad()
 def _near_tie(target, prefix: list) -> bool:
     """Whether the target's top-2 logits after ``prefix`` are within NEAR_TIE."""
     logits = target(torch.tensor([prefix])).logits[0, -1]
@@ -165,6 +166,7 @@ def test_other_architectures_batch_greedy_exactly(hf, kind):
 # ============================================================================
 
 
+@torch.no_grad()
 def test_sampled_runs_follow_the_seed_and_the_warped_support(hf):
     tokenizer, draft, target = hf
     batch = tokenizer(PROMPTS[:3], return_tensors="pt", padding=True)
