@@ -72,6 +72,28 @@ def model_device(model) -> torch.device:
     return torch.device("cpu")
 
 
+def crop_cache(cache, held: int, keep: int) -> bool:
+    """Crop a model's cache from the ``held`` positions it should hold to its first ``keep``; False if it could not.
+
+    False for a cache without ``crop`` (legacy tuples, some sliding windows),
+    one whose ``crop`` raises (recurrent states, a sliding window past its
+    size), or one that does not then hold ``keep`` positions (a sliding
+    window that already dropped some): the caller rebuilds. ``crop`` gets a
+    negative count, which means "remove that many" in transformers 4.x and
+    5.x alike (a positive value is an absolute length in 4.x and an error in
+    5.x).
+    """
+    crop = getattr(cache, "crop", None)
+    if not callable(crop):
+        return False
+    try:
+        crop(keep - held)
+    except (RuntimeError, ValueError, NotImplementedError):
+        return False
+    get_len = getattr(cache, "get_seq_length", None)
+    return not callable(get_len) or int(get_len()) == keep
+
+
 def _common_prefix_length(cached: torch.Tensor, seq: torch.Tensor) -> int:
     """Length of the longest common prefix of two 1-D int64 tensors."""
     m = min(len(cached), len(seq))
@@ -266,23 +288,8 @@ class HFCausalLMStep:
         if keep == 0 or self._cache is None:
             self._drop_cache()
             return
-        crop = getattr(self._cache, "crop", None)
-        if not callable(crop):
-            # Fallback: a cache that cannot crop (legacy tuples, some sliding
-            # windows) is rebuilt from scratch; correct, but the prefix reruns.
-            self._drop_cache(rebuild=True)
-            return
-        try:
-            crop(keep - held)  # negative: remove held - keep tokens (4.x and 5.x)
-        except (RuntimeError, ValueError, NotImplementedError):
-            # Fallback: this cache refuses to roll back (recurrent states,
-            # a sliding window past its size): rebuild it from scratch.
-            self._drop_cache(rebuild=True)
-            return
-        get_len = getattr(self._cache, "get_seq_length", None)
-        if callable(get_len) and int(get_len()) != keep:
-            # Fallback: the crop did not reach the asked length (e.g. a sliding
-            # window cache that already dropped those states): rebuild.
+        if not crop_cache(self._cache, held, keep):
+            # Fallback: rebuilt from scratch; correct, but the prefix reruns.
             self._drop_cache(rebuild=True)
             return
         self._cached = self._cached[:keep]

@@ -62,7 +62,7 @@ import inspect
 import torch
 
 from .decode_warping import LogitsWarping
-from .hf_adapter import model_device
+from .hf_adapter import crop_cache, model_device
 from .logits import sample_draft
 
 __all__ = ["HFBatchedCausalLM", "hf_batched_step_pair"]
@@ -281,17 +281,10 @@ class HFBatchedCausalLM:
         if used == 0:
             self._drop_cache()  # nothing held: the next feed starts afresh
             return
-        crop = getattr(self._cache, "crop", None)
-        if not callable(crop):
+        if not callable(getattr(self._cache, "crop", None)):
             return  # harmless: the holes stay masked
-        try:
-            crop(used - held)  # negative: remove that many (transformers 4.x and 5.x)
-        except (RuntimeError, ValueError, NotImplementedError):
-            self._drop_cache(rebuild=True)
-            return
-        get_len = getattr(self._cache, "get_seq_length", None)
-        if callable(get_len) and int(get_len()) != used:
-            self._drop_cache(rebuild=True)
+        if not crop_cache(self._cache, held, used):
+            self._drop_cache(rebuild=True)  # a crop that failed half-way: feed every row afresh
             return
         self._mask = self._mask[:, :used]
 
