@@ -158,6 +158,8 @@ def _adapter_decoder(sv, tables, adapter=None):
                                         generator=torch.Generator().manual_seed(6))
 
 
+# The adapter is pure Python over the same ops: emulated, these would take minutes and test no more NEON.
+@pytest.mark.native_only
 def test_hf_batched_adapter_follows_the_warped_target_law(sv):
     warping = dict(temperature=0.7, top_k=2)  # V = 3: the top-k cut drops a token
     tables = LogitTables(sv, warping)
@@ -171,6 +173,7 @@ def test_hf_batched_adapter_follows_the_warped_target_law(sv):
     assert decoder.target_step.__self__.cache_rebuilds == 0
 
 
+@pytest.mark.native_only
 def test_negative_control_one_sequence_left_unmasked_fails_its_law(sv):
     class KeepsRow1Visible(sv.HFBatchedCausalLM):
         """Broken: rolls sequence 1 back in its books but leaves the rejected slots visible."""
