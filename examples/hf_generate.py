@@ -18,7 +18,7 @@ forward), the same prompts and the same number of new tokens, in one run:
 * plain -- ``target.generate(**batch)``: one target forward per token for the
   batch (left-padded);
 * assisted -- transformers' own assisted generation, ``assistant_model=draft``
-  with its constant schedule at the same k (``num_assistant_tokens = k``,
+  with its constant schedule at the same k (``ROWS``: 5, and 3 when sampling) (``num_assistant_tokens = k``,
   ``assistant_confidence_threshold = 0``, so it drafts k every round). It
   refuses batches, so B = 1 only;
 * ours -- ``custom_generate``: the kernel's ``BatchedSpeculativeDecoder``.
@@ -64,8 +64,12 @@ PROMPT_SETS = {"bench": e2e.BENCH_PROMPTS, "novel": NOVEL_PROMPTS}
 WORKLOAD = 8  # prompts per workload: each set cycled to this many
 BATCHES = (1, 4, 8)
 MODES = {"greedy": dict(do_sample=False), "T=0.8": dict(do_sample=True, temperature=e2e.TEMPERATURE, top_k=0)}
+# (mode, k) rows: every mode at the demo's k, and sampling also at k = 3, the
+# default of integrations/transformers when sampling (at temperature 0.8 the
+# draft's distribution overlaps the target's less: shorter drafts pay).
 MAX_NEW = 64
 K = e2e.DEMO_K
+ROWS = [("greedy", K), ("T=0.8", K), ("T=0.8", 3)]
 
 
 def use_local_kernel() -> None:
@@ -122,7 +126,7 @@ def new_tokens(out: torch.Tensor, prompt_width: int, eos: int) -> int:
 # ============================================================================
 
 
-def bench_rows(repeats: int = 3, max_new: int = MAX_NEW, k: int = K) -> list[dict]:
+def bench_rows(repeats: int = 3, max_new: int = MAX_NEW, rows_wanted=ROWS) -> list[dict]:
     """Print and return tokens/s of plain, assisted (B = 1) and ours for every prompt set, mode and B."""
     use_local_kernel()
     tokenizer, draft, target = e2e.load_pair()
@@ -131,15 +135,15 @@ def bench_rows(repeats: int = 3, max_new: int = MAX_NEW, k: int = K) -> list[dic
     rows = []
     with e2e.torch_threads(e2e.THREADS):
         print(f"transformers generate() on the shipped pair ({WORKLOAD} prompts x {max_new} new tokens per "
-              f"workload, k={k}, medians of {repeats}, {e2e.THREADS} thread(s)); tokens/s over all rows")
-        print(f"  {'prompts':8} {'mode':6} {'B':>2} {'plain':>8} {'assisted':>9} {'ours':>8} {'ours/plain':>10} "
-              f"{'ours/assisted':>13} {'accept':>7} {'tok/round':>9}")
+              f"workload, medians of {repeats}, {e2e.THREADS} thread(s)); tokens/s over all rows")
+        print(f"  {'prompts':8} {'mode':6} {'k':>2} {'B':>2} {'plain':>8} {'assisted':>9} {'ours':>8} "
+              f"{'ours/plain':>10} {'ours/assisted':>13} {'accept':>7} {'tok/round':>9}")
         for set_name, prompts in PROMPT_SETS.items():
-            for mode in MODES:
+            for mode, k in rows_wanted:
                 for size in BATCHES:
                     row = _bench_row(tokenizer, draft, target, batches(tokenizer, prompts, size), max_new, mode, k,
                                      repeats, eos)
-                    row.update(prompts=set_name, mode=mode, batch=size)
+                    row.update(prompts=set_name, mode=mode, k=k, batch=size)
                     rows.append(row)
                     _print_row(row)
     return rows
@@ -182,7 +186,7 @@ def _run_all(draft, target, work, max_new, mode, k, methods, eos, stats):
 def _print_row(row: dict) -> None:
     assisted = f"{row['assisted']:9.1f}" if row["assisted"] is not None else f"{'-':>9}"
     ratio = f"{row['ours_over_assisted']:12.2f}x" if row["ours_over_assisted"] is not None else f"{'-':>13}"
-    print(f"  {row['prompts']:8} {row['mode']:6} {row['batch']:>2} {row['plain']:8.1f} {assisted} "
+    print(f"  {row['prompts']:8} {row['mode']:6} {row['k']:>2} {row['batch']:>2} {row['plain']:8.1f} {assisted} "
           f"{row['ours']:8.1f} {row['ours_over_plain']:9.2f}x {ratio} {row['acceptance']:7.3f} "
           f"{row['tokens_per_round']:9.2f}", flush=True)
 

@@ -199,6 +199,25 @@ def test_streamer_and_return_dict(hf):
         ours(target, draft, two, max_new_tokens=4, streamer=streamer)
 
 
+def test_draft_length_is_num_assistant_tokens(hf):
+    # The call's value, else the assistant's generation config, else 5 greedy / 3 sampling.
+    tokenizer, draft, target = hf
+    batch = tokenizer(PROMPTS[:1], return_tensors="pt")
+    ks = []
+    for kwargs in (dict(do_sample=False), dict(do_sample=True), dict(do_sample=False, num_assistant_tokens=2)):
+        stats = []
+        ours(target, draft, batch, max_new_tokens=8, decode_stats=stats, **kwargs)
+        ks.append(stats[0].k)
+    saved, draft.generation_config.num_assistant_tokens = draft.generation_config.num_assistant_tokens, 4
+    try:
+        stats = []
+        ours(target, draft, batch, max_new_tokens=8, decode_stats=stats, do_sample=False)
+        ks.append(stats[0].k)
+    finally:
+        draft.generation_config.num_assistant_tokens = saved
+    assert ks == [5, 3, 2, 4]
+
+
 # ============================================================================
 # Bad input
 # ============================================================================

@@ -21,9 +21,12 @@ import torch
 
 # k when nobody set num_assistant_tokens: transformers' default of 20 suits
 # its own schedule, which shrinks k after rejections; this method drafts a
-# fixed k every round, and 5 is the fastest greedy k on the shipped pair
-# (examples/e2e.py, `make bench`).
-DEFAULT_K = 5
+# fixed k every round. Greedy, 5 is the fastest k on the shipped pair
+# (examples/e2e.py, `make bench`: 4-6 within noise); sampling at temperature
+# 0.8 the draft's distribution overlaps the target's less, and k = 3 beats 5
+# (examples/hf_generate.py: 1.25-1.35x plain batched generate() at B = 4,
+# against 1.0-1.15x at k = 5).
+DEFAULT_K = {"greedy": 5, "sampled": 3}
 
 # Options that would change the output and that this method does not
 # implement, with the values at which they are off. Any other value raises.
@@ -122,7 +125,7 @@ def resolve(model, assistant_model, input_ids, attention_mask, generation_config
                    top_k=int(config.top_k or 0), top_p=float(config.top_p if config.top_p is not None else 1.0),
                    min_p=float(config.min_p or 0.0))
     return Options(input_ids=ids, attention_mask=mask, max_new=max(0, int(max_new)),
-                   k=_draft_length(kwargs, generation_config, assistant_model), greedy=greedy, warping=warping,
+                   k=_draft_length(kwargs, generation_config, assistant_model, greedy), greedy=greedy, warping=warping,
                    eos_token_id=eos, pad_token_id=pad, return_dict=bool(config.return_dict_in_generate))
 
 
@@ -199,7 +202,7 @@ def _id_list(ids) -> list:
     return [ids] if isinstance(ids, int) else list(ids)
 
 
-def _draft_length(kwargs: dict, generation_config, assistant_model) -> int:
+def _draft_length(kwargs: dict, generation_config, assistant_model, greedy: bool) -> int:
     """k: num_assistant_tokens as passed to generate(), else set in the configs, else DEFAULT_K."""
     sources = (kwargs, vars(generation_config) if generation_config is not None else {},
                vars(assistant_model.generation_config))
@@ -209,4 +212,4 @@ def _draft_length(kwargs: dict, generation_config, assistant_model) -> int:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"num_assistant_tokens must be an int >= 1 (the draft length k), got {value!r}")
             return value
-    return DEFAULT_K
+    return DEFAULT_K["greedy" if greedy else "sampled"]
