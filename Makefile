@@ -4,6 +4,7 @@
 #   make bench  speed against naive torch, transformers and the bandwidth floor
 #   make build  compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
 #   make test-aarch64  the tests on aarch64 (NEON) under qemu-user emulation (root)
+#   make test-asan     the tests on an AddressSanitizer + UBSan build (opt-in; slow)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -41,3 +42,9 @@ clean:
 .PHONY: test-aarch64
 test-aarch64: $(STAMP)
 	bash tools/aarch64/run.sh
+
+# The suite on an ASan + UBSan build of the kernel (tools/test_asan.sh):
+# built into .cache/asan/build/, never build/; fails on any sanitizer report.
+.PHONY: test-asan
+test-asan: $(STAMP)
+	bash tools/test_asan.sh

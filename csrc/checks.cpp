@@ -42,6 +42,10 @@ void check_tokens(const char* name, const at::Tensor& t, int64_t ndim) {
 
 void check_vocab(const char* name, int64_t vocab) {
   TORCH_CHECK_VALUE(vocab >= 1, name, " must have a vocabulary of at least one token (V >= 1)");
+  // Token ids are held as int32 in the logits code (and one float32 row of
+  // 2^31 is 8 GiB): refused, not truncated (DESIGN.md, "Inputs and bad input").
+  TORCH_CHECK_VALUE(vocab <= kMaxVocab, name, " has V = ", vocab,
+                    ": at most 2^31 - 1 token ids are supported (ids are 32-bit)");
 }
 
 at::Tensor unit_stride_rows(const at::Tensor& t) {
@@ -98,21 +102,29 @@ Dims check_verify_args(const char* target_name, const at::Tensor& target, const 
 
 std::vector<int64_t> draft_counts(const std::optional<at::Tensor>& num_draft_tokens,
                                   const at::Tensor& draft_tokens, const Dims& dims) {
-  std::vector<int64_t> counts(dims.batch, dims.k);  // default: every sequence has K tokens
+  // Every count is validated before the B-sized vector is allocated: a bad
+  // count in a huge (stride-0) batch is refused, not met with std::bad_alloc.
+  std::optional<IntView> given;
   if (num_draft_tokens.has_value()) {
     const at::Tensor& t = *num_draft_tokens;
     check_tokens("num_draft_tokens", t, 1);
     TORCH_CHECK_VALUE(t.size(0) == dims.batch, "num_draft_tokens must have B = ", dims.batch,
                       " entries, got shape ", t.sizes());
-    const IntView view(t);
+    given.emplace(t);
     for (const auto b : c10::irange(dims.batch)) {
-      counts[b] = view.at(0, b);
-      TORCH_CHECK_VALUE(counts[b] >= 0 && counts[b] <= dims.k, "num_draft_tokens[", b, "] is ", counts[b],
+      const int64_t count = given->at(0, b);
+      TORCH_CHECK_VALUE(count >= 0 && count <= dims.k, "num_draft_tokens[", b, "] is ", count,
                         ", outside [0, K] with K = ", dims.k);
     }
   }
   const IntView tokens(draft_tokens);
-  for (const auto b : c10::irange(dims.batch)) check_token_range(tokens, b, counts[b], dims.vocab);
+  for (const auto b : c10::irange(dims.batch)) {
+    check_token_range(tokens, b, given ? given->at(0, b) : dims.k, dims.vocab);
+  }
+  std::vector<int64_t> counts(dims.batch, dims.k);  // default: every sequence has K tokens
+  if (given) {
+    for (const auto b : c10::irange(dims.batch)) counts[b] = given->at(0, b);
+  }
   return counts;
 }
 

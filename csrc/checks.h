@@ -27,7 +27,8 @@ void check_float_rows(const char* name, const at::Tensor& t, int64_t ndim);
 // int64 / int32 ids of the given rank, on the CPU.
 void check_tokens(const char* name, const at::Tensor& t, int64_t ndim);
 
-// V >= 1 for the rows called `name`.
+// 1 <= V <= 2^31 - 1 for the rows called `name` (ids are int32 in the logits code).
+constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1;
 void check_vocab(const char* name, int64_t vocab);
 
 // Rows may be strided (a slice of a [T, V] logits tensor); only a row whose

@@ -60,20 +60,14 @@ inline bool accepts(double u, const Weighed& w) {
   return u * w.draft_at * w.target_mass < w.target_at * w.draft_mass;
 }
 
-// Note [Residual bit-exactness]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// After a rejection the next token is drawn from norm(max(0, p - q)), with
-//   r(x) = max(0, t(x) * Q - d(x) * P)
+// The residual weight after a rejection, r(x) = max(0, t(x) * Q - d(x) * P)
 // (t, d the unnormalized rows, P, Q their float64 masses): max(0, p - q)
-// scaled by P * Q, so no division. r is written twice, and the two must agree
-// to the bit with each other and with the pure-torch reference: the scalar
-// residual() below (the inverse-CDF walk inside a block, and the sparse
-// logits rows) and the vectorized residual_row() in csrc/cpu/rows.cpp (the
-// block sums that pick the block). Both evaluate the same expression in the
-// same order -- t * Q, then d * P, then the difference, then the clamp at 0 --
-// in float64 with no FMA (the build passes -ffp-contract=off). Reordering
-// either moves a draw across the threshold by an ulp, and the tests compare
-// every draw with the reference, on every ISA.
+// scaled by P * Q, so no division. See Note [Residual bit-exactness]
+// (DESIGN.md): residual_row() in csrc/cpu/rows.cpp, whose block sums pick the
+// block, evaluates this same expression in this same order (t * Q, then
+// d * P, then the difference, then the clamp at 0), so the block sums and the
+// per-token weights the walk re-reads agree with each other and with the
+// reference.
 inline double residual(double t, double d, double target_mass, double draft_mass) {
   const double r = t * draft_mass - d * target_mass;
   return r > 0.0 ? r : 0.0;
@@ -85,11 +79,11 @@ inline double residual(double t, double d, double target_mass, double draft_mass
 
 // The inverse CDF itself: from `running`, add the positive weights of items
 // [begin, end) in order, in float64, and return the id of the first item at
-// which the sum exceeds `threshold`. A zero-weight id is never returned: the
-// sum grows only at positive weights. If rounding keeps the sum at or below
+// which the sum exceeds `threshold`. If rounding keeps the sum at or below
 // the threshold (it fell an ulp short of a vectorized block sum, or u is
 // within an ulp of 1), the last id with positive weight is where the mass
-// ends (`none` if there is none, which the callers rule out).
+// ends (`none` if there is none, which the callers rule out). So a
+// zero-weight id is never returned: Note [Zero mass never emitted] (DESIGN.md).
 template <typename IdFn, typename WeightFn>
 int64_t walk_cdf(double running, double threshold, int64_t begin, int64_t end, int64_t none, IdFn id,
                  WeightFn weight) {
@@ -135,7 +129,7 @@ int64_t inverse_cdf(const double* block_sums, double total, double u, int64_t vo
 }
 
 // After a rejection, over two dense rows: a draw from the residual with u
-// (see Note [Residual bit-exactness]); block_sums is the caller's scratch of
+// (residual() above); block_sums is the caller's scratch of
 // kMaxBlocks. `fallback()` draws when the residual rounded to zero everywhere
 // (p equals q to within rounding): then the target row itself is its law.
 template <typename scalar_t, typename Fallback>
@@ -196,6 +190,56 @@ Outcome sampled_sequence(Source& rows, const IntView& tokens, int64_t seq, int64
   return {k, rows.draw_bonus(seq, k, uniforms[k])};
 }
 
+// Block verification (Sun et al. 2024, Algorithm 2; DESIGN.md, "Block").
+// p_0 = 1 and p_{i+1} = min(1, p_i * (p(t_i)/P) / (q(t_i)/Q)) along the draft;
+// the accepted length is the largest i in [1, K] with u_{i-1} < h_i (else 0),
+// h_K = p_K and, for i < K, h_i = r_i / (r_i + 1 - p_i) with r_i the mass of
+// max(0, p_i * p_i(x)/P_i - q_i(x)/Q_i). After a full acceptance the bonus is
+// drawn from row K; else the correction from that weighted residual at the
+// accepted length. The arithmetic is reference.block_* in the same order.
+//
+// A block source adds, beside weigh() and draw_bonus():
+//   double  residual_mass(seq, i, P, wQ)  the weighted residual's total at row i
+//                                         (residual() with draft mass wQ = p_i*Q)
+//   int64_t draw_last_residual(seq, u)    a draw from the residual last summed
+//                                         (row 0's equal-rows fallback: row 0)
+inline double block_ratio_step(double weight, const Weighed& w) {
+  const double step = weight * ((w.target_at * w.draft_mass) / (w.draft_at * w.target_mass));
+  return step < 1.0 ? step : 1.0;
+}
+
+// u < h_i = r / (r + 1 - weight), multiplied out by P * Q (total = r * P * Q).
+inline bool block_stops(double u, double weight, double total, const Weighed& w) {
+  return u * (total + ((1.0 - weight) * w.target_mass) * w.draft_mass) < total;
+}
+
+// Cost: every row up to the first p_i = 0 is weighed once (its masses); then,
+// scanning down from K, a residual pass only where u_{i-1} < p_i (h_i <= p_i,
+// so elsewhere the test fails unread), stopping at the first success; the
+// final draw reuses the block sums of the residual that stopped the scan.
+template <typename Source>
+Outcome block_sequence(Source& rows, const IntView& tokens, int64_t seq, int64_t k, const double* uniforms) {
+  c10::SmallVector<Weighed, 16> weighed;
+  c10::SmallVector<double, 17> weight{1.0};
+  for (const auto i : c10::irange(k)) {
+    weighed.push_back(rows.weigh(seq, i, tokens.at(seq, i)));
+    weight.push_back(block_ratio_step(weight.back(), weighed.back()));
+    // Lazy: from a zero weight on, every h_j is 0, so no later row is read.
+    if (weight.back() == 0.0) break;
+  }
+  const int64_t reached = static_cast<int64_t>(weight.size()) - 1;
+  if (reached == k && (k == 0 || uniforms[k - 1] < weight[k])) return {k, rows.draw_bonus(seq, k, uniforms[k])};
+  for (int64_t i = std::min(reached, k - 1); i >= 1; --i) {
+    if (!(uniforms[i - 1] < weight[i])) continue;
+    const Weighed& w = weighed[i];
+    const double total = rows.residual_mass(seq, i, w.target_mass, weight[i] * w.draft_mass);
+    if (block_stops(uniforms[i - 1], weight[i], total, w)) return {i, rows.draw_last_residual(seq, uniforms[k])};
+  }
+  // Nothing stopped the scan: a correction from row 0's plain residual (p_0 = 1).
+  rows.residual_mass(seq, 0, weighed[0].target_mass, weighed[0].draft_mass);
+  return {0, rows.draw_last_residual(seq, uniforms[k])};
+}
+
 // ----------------------------------------------------------------------------
 // Every sequence of an op
 // ----------------------------------------------------------------------------
@@ -244,12 +288,14 @@ auto decide_all(const Dims& dims, const std::vector<int64_t>& counts, const doub
 // each sequence decided by the greedy or the sampling loop over its row
 // source Source<scalar_t>(target_rows, draft_rows, V, extra...). `draft` is
 // null for the greedy probability ops; `what` is the uniforms' shape message.
-template <int kLead, template <typename> class Source, typename... Extra>
-auto run_verify(const char* target_name, const at::Tensor& target_in, const char* draft_name,
-                const at::Tensor* draft_in, const at::Tensor& draft_tokens,
-                const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
-                const std::optional<at::Generator>& generator, bool greedy, const char* what,
-                const Extra&... extra) {
+// kBlock picks block verification for the sampled loop (the source must then
+// provide the block methods); run_verify below is the token-wise form.
+template <int kLead, template <typename> class Source, bool kBlock, typename... Extra>
+auto run_verify_method(const char* target_name, const at::Tensor& target_in, const char* draft_name,
+                       const at::Tensor* draft_in, const at::Tensor& draft_tokens,
+                       const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+                       const std::optional<at::Generator>& generator, bool greedy, const char* what,
+                       const Extra&... extra) {
   const Dims dims = check_verify_args(target_name, target_in, draft_name, draft_in, draft_tokens, kLead);
   const std::vector<int64_t> counts =
       kLead == 0 ? std::vector<int64_t>() : draft_counts(num_draft_tokens, draft_tokens, dims);
@@ -268,10 +314,21 @@ auto run_verify(const char* target_name, const at::Tensor& target_in, const char
     return decide_all<kLead>(dims, counts, greedy ? nullptr : u.data(),
                              [&](int64_t seq, int64_t k, const double* seq_uniforms) {
                                Source<scalar_t> rows(target_rows, draft_rows, dims.vocab, extra...);
-                               return greedy ? greedy_sequence(rows, tokens, seq, k)
-                                             : sampled_sequence(rows, tokens, seq, k, seq_uniforms);
+                               if (greedy) return greedy_sequence(rows, tokens, seq, k);
+                               if constexpr (kBlock) return block_sequence(rows, tokens, seq, k, seq_uniforms);
+                               return sampled_sequence(rows, tokens, seq, k, seq_uniforms);
                              });
   });
+}
+
+template <int kLead, template <typename> class Source, typename... Extra>
+auto run_verify(const char* target_name, const at::Tensor& target_in, const char* draft_name,
+                const at::Tensor* draft_in, const at::Tensor& draft_tokens,
+                const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+                const std::optional<at::Generator>& generator, bool greedy, const char* what,
+                const Extra&... extra) {
+  return run_verify_method<kLead, Source, false>(target_name, target_in, draft_name, draft_in, draft_tokens,
+                                                 num_draft_tokens, uniforms, generator, greedy, what, extra...);
 }
 
 // int64 [2] = (n_accepted, next_token): the traceable single ops' output.

@@ -101,7 +101,7 @@ struct RowOps {
   // float64 block sums of the unnormalized residual
   //   r(x) = max(0, target(x) * draft_mass - draft(x) * target_mass),
   // i.e. max(0, p - q) scaled by target_mass * draft_mass; and the total.
-  // See Note [Residual bit-exactness] (csrc/decide.h).
+  // See Note [Residual bit-exactness] (DESIGN.md) and residual() in csrc/decide.h.
   double (*residual)(const scalar_t* target, const scalar_t* draft, int64_t n, double target_mass,
                      double draft_mass, int64_t block, double* block_sums);
 

@@ -43,9 +43,23 @@ std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
     const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
     std::optional<at::Generator> generator);
 
+// Block verification (Sun et al. 2024; DESIGN.md, "Block"): verify_sampled's
+// inputs and uniforms, a better exact verifier.
+std::tuple<int64_t, int64_t> verify_block_ints(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                                               const at::Tensor& draft_tokens,
+                                               const std::optional<at::Tensor>& uniforms,
+                                               std::optional<at::Generator> generator);
+at::Tensor verify_block(const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+                        const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator);
+std::tuple<at::Tensor, at::Tensor> verify_block_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator);
+
 // ----------------------------------------------------------------------------
 // Logits in (ops_logits.cpp): temperature, top-k, top-p and min-p applied
-// identically to draft and target inside the op
+// identically to draft and target inside the op; block = true: block
+// verification (as verify_block) instead of token-wise
 // ----------------------------------------------------------------------------
 
 // -> (n_accepted, next_token) as two ints, for eager calls (no output tensor).
@@ -54,20 +68,20 @@ std::tuple<int64_t, int64_t> verify_logits_ints(const at::Tensor& target_logits,
                                                 const at::Tensor& draft_tokens, double temperature,
                                                 int64_t top_k, double top_p, double min_p,
                                                 const std::optional<at::Tensor>& uniforms,
-                                                std::optional<at::Generator> generator);
+                                                std::optional<at::Generator> generator, bool block);
 
 // -> int64 [2]: (n_accepted, next_token). The traceable form.
 at::Tensor verify_logits(const at::Tensor& target_logits, const at::Tensor& draft_logits,
                          const at::Tensor& draft_tokens, double temperature, int64_t top_k,
                          double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
-                         std::optional<at::Generator> generator);
+                         std::optional<at::Generator> generator, bool block);
 
 // -> (n_accepted [B], next_token [B]), int64
 std::tuple<at::Tensor, at::Tensor> verify_logits_batched(
     const at::Tensor& target_logits, const at::Tensor& draft_logits, const at::Tensor& draft_tokens,
     const std::optional<at::Tensor>& num_draft_tokens, double temperature, int64_t top_k,
     double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
-    std::optional<at::Generator> generator);
+    std::optional<at::Generator> generator, bool block);
 
 // draft_logits [N, V] -> int64 [N]: row j's token drawn from its warped
 // distribution with uniform j (argmax at temperature 0).

@@ -53,6 +53,17 @@ class LogitRows {
 
   int64_t draw_residual(double u) { return draw_warped_residual(ws_.target, ws_.draft, u, vocab_, ws_); }
 
+  // Block verification: row i warped again (the workspace holds one pair),
+  // its draft mass replaced by the weighted p_i * Q, the residual summed.
+  double residual_mass(int64_t seq, int64_t i, double /*target_mass*/, double weighted_draft_mass) {
+    warp_row(target_.row(seq, i), vocab_, warp_, "target_logits", seq, i, ws_.target, ws_);
+    warp_row(draft_.row(seq, i), vocab_, warp_, "draft_logits", seq, i, ws_.draft, ws_);
+    ws_.draft.mass = weighted_draft_mass;
+    return warped_residual_mass(ws_.target, ws_.draft, vocab_, ws_);
+  }
+
+  int64_t draw_last_residual(int64_t /*seq*/, double u) { return draw_residual(u); }
+
   int64_t draw_bonus(int64_t seq, int64_t k, double u) {
     warp_row(target_.row(seq, k), vocab_, warp_, "target_logits", seq, k, ws_.target, ws_);
     return draw_warped(ws_.target, u, vocab_);
@@ -71,13 +82,18 @@ template <int kLead>
 auto verify_logits_impl(const at::Tensor& target_logits, const at::Tensor& draft_logits,
                         const at::Tensor& draft_tokens, const std::optional<at::Tensor>& num_draft_tokens,
                         double temperature, int64_t top_k, double top_p, double min_p,
-                        const std::optional<at::Tensor>& uniforms, const std::optional<at::Generator>& generator) {
+                        const std::optional<at::Tensor>& uniforms, const std::optional<at::Generator>& generator,
+                        bool block) {
   const Warp warp = check_warp(temperature, top_k, top_p, min_p);
+  const char* what = kLead == 0 ? "one per draft token plus one for the final draw"
+                                : "B rows of one per draft token plus one for the final draw";
+  if (block) {
+    return run_verify_method<kLead, LogitRows, true>("target_logits", target_logits, "draft_logits", &draft_logits,
+                                                     draft_tokens, num_draft_tokens, uniforms, generator, warp.greedy,
+                                                     what, warp);
+  }
   return run_verify<kLead, LogitRows>("target_logits", target_logits, "draft_logits", &draft_logits, draft_tokens,
-                                      num_draft_tokens, uniforms, generator, warp.greedy,
-                                      kLead == 0 ? "one per draft token plus one for the final draw"
-                                                 : "B rows of one per draft token plus one for the final draw",
-                                      warp);
+                                      num_draft_tokens, uniforms, generator, warp.greedy, what, warp);
 }
 
 // sample_draft's and warp_probs' [N, V] logits, checked; returns V.
@@ -114,17 +130,17 @@ std::tuple<int64_t, int64_t> verify_logits_ints(const at::Tensor& target_logits,
                                                 const at::Tensor& draft_tokens, double temperature,
                                                 int64_t top_k, double top_p, double min_p,
                                                 const std::optional<at::Tensor>& uniforms,
-                                                std::optional<at::Generator> generator) {
+                                                std::optional<at::Generator> generator, bool block) {
   return verify_logits_impl<0>(target_logits, draft_logits, draft_tokens, std::nullopt, temperature, top_k, top_p,
-                               min_p, uniforms, generator);
+                               min_p, uniforms, generator, block);
 }
 
 at::Tensor verify_logits(const at::Tensor& target_logits, const at::Tensor& draft_logits,
                          const at::Tensor& draft_tokens, double temperature, int64_t top_k,
                          double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
-                         std::optional<at::Generator> generator) {
+                         std::optional<at::Generator> generator, bool block) {
   return as_tensor(verify_logits_ints(target_logits, draft_logits, draft_tokens, temperature, top_k,
-                                      top_p, min_p, uniforms, generator));
+                                      top_p, min_p, uniforms, generator, block));
 }
 
 // Batched, ragged: sequences in parallel, each exactly as the single op.
@@ -132,9 +148,9 @@ std::tuple<at::Tensor, at::Tensor> verify_logits_batched(
     const at::Tensor& target_logits, const at::Tensor& draft_logits, const at::Tensor& draft_tokens,
     const std::optional<at::Tensor>& num_draft_tokens, double temperature, int64_t top_k,
     double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
-    std::optional<at::Generator> generator) {
+    std::optional<at::Generator> generator, bool block) {
   return verify_logits_impl<1>(target_logits, draft_logits, draft_tokens, num_draft_tokens, temperature, top_k,
-                               top_p, min_p, uniforms, generator);
+                               top_p, min_p, uniforms, generator, block);
 }
 
 // ============================================================================

@@ -47,6 +47,30 @@ class ProbRows {
                                [&] { return draw_target(u); });
   }
 
+  // Block verification: the residual max(0, t * wQ - d * P) at row i, summed
+  // into the scratch block sums, which draw_last_residual then walks.
+  double residual_mass(int64_t seq, int64_t i, double target_mass, double weighted_draft_mass) {
+    t_ = target_.row(seq, i);
+    d_ = draft_.row(seq, i);
+    target_mass_ = target_mass;
+    draft_mass_ = weighted_draft_mass;
+    last_row_ = i;
+    residual_total_ = row_ops<scalar_t>().residual(t_, d_, vocab_, target_mass_, draft_mass_, block_, scratch_sums_);
+    return residual_total_;
+  }
+
+  int64_t draw_last_residual(int64_t seq, double u) {
+    if (residual_total_ > 0.0) {
+      return inverse_cdf(scratch_sums_, residual_total_, u, vocab_, block_, [&](int64_t x) {
+        return residual(as_double(t_[x]), as_double(d_[x]), target_mass_, draft_mass_);
+      });
+    }
+    // Row 0 only (a positive total stops the scan elsewhere): p equals q
+    // within rounding, so the target row is the residual's law.
+    target_mass_ = checked_mass("target_probs", t_, seq, last_row_, target_sums_);
+    return draw_target(u);
+  }
+
   int64_t draw_bonus(int64_t seq, int64_t k, double u) {
     t_ = target_.row(seq, k);
     target_mass_ = checked_mass("target_probs", t_, seq, k, target_sums_);
@@ -86,6 +110,8 @@ class ProbRows {
   const scalar_t* t_ = nullptr;
   const scalar_t* d_ = nullptr;
   double target_mass_ = 0.0, draft_mass_ = 0.0;
+  double residual_total_ = 0.0;  // block: the residual last summed, at row last_row_
+  int64_t last_row_ = 0;
   double target_sums_[kMaxBlocks];
   double scratch_sums_[kMaxBlocks];
 };
@@ -99,6 +125,16 @@ auto verify_probs(const at::Tensor& target_probs, const at::Tensor* draft_probs,
   return run_verify<kLead, ProbRows>("target_probs", target_probs, "draft_probs", draft_probs, draft_tokens,
                                      num_draft_tokens, uniforms, generator, /*greedy=*/draft_probs == nullptr,
                                      "one per draft token plus one for the final draw");
+}
+
+// Block verification's two forms (decide.h, block_sequence).
+template <int kLead>
+auto verify_block_probs(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                        const at::Tensor& draft_tokens, const std::optional<at::Tensor>& num_draft_tokens,
+                        const std::optional<at::Tensor>& uniforms, const std::optional<at::Generator>& generator) {
+  return run_verify_method<kLead, ProbRows, true>("target_probs", target_probs, "draft_probs", &draft_probs,
+                                                  draft_tokens, num_draft_tokens, uniforms, generator,
+                                                  /*greedy=*/false, "one per draft token plus one for the final draw");
 }
 
 }  // namespace
@@ -140,6 +176,26 @@ std::tuple<at::Tensor, at::Tensor> verify_sampled_batched(
     const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
     std::optional<at::Generator> generator) {
   return verify_probs<1>(target_probs, &draft_probs, draft_tokens, num_draft_tokens, uniforms, generator);
+}
+
+// Block verification (Sun et al. 2024): the same inputs and uniforms as verify_sampled.
+std::tuple<int64_t, int64_t> verify_block_ints(const at::Tensor& target_probs, const at::Tensor& draft_probs,
+                                               const at::Tensor& draft_tokens,
+                                               const std::optional<at::Tensor>& uniforms,
+                                               std::optional<at::Generator> generator) {
+  return verify_block_probs<0>(target_probs, draft_probs, draft_tokens, std::nullopt, uniforms, generator);
+}
+
+at::Tensor verify_block(const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+                        const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator) {
+  return as_tensor(verify_block_ints(target_probs, draft_probs, draft_tokens, uniforms, generator));
+}
+
+std::tuple<at::Tensor, at::Tensor> verify_block_batched(
+    const at::Tensor& target_probs, const at::Tensor& draft_probs, const at::Tensor& draft_tokens,
+    const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator) {
+  return verify_block_probs<1>(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms, generator);
 }
 
 }  // namespace spec_verify

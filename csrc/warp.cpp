@@ -345,4 +345,18 @@ int64_t draw_warped_residual(const WarpedRow& target, const WarpedRow& draft, do
                              ws.residual_sums.data(), [&] { return draw_warped(target, u, vocab); });
 }
 
+double warped_residual_mass(const WarpedRow& target, const WarpedRow& draft, int64_t vocab, Workspace& ws) {
+  if (!target.dense && !draft.dense) {
+    sparse_residual(target, draft, ws);
+    double total = 0.0;
+    for (const auto& entry : ws.residual) total += entry.second;
+    return total;
+  }
+  const float* target_weights = dense_view(target, vocab, ws.target_scratch);
+  const float* draft_weights = dense_view(draft, vocab, ws.draft_scratch);
+  ws.residual_sums.resize(kMaxBlocks);
+  return row_ops<float>().residual(target_weights, draft_weights, vocab, target.mass, draft.mass,
+                                   block_size_for(vocab), ws.residual_sums.data());
+}
+
 }  // namespace spec_verify

@@ -96,4 +96,9 @@ int64_t draw_warped(const WarpedRow& row, double u, int64_t vocab);
 int64_t draw_warped_residual(const WarpedRow& target, const WarpedRow& draft, double u, int64_t vocab,
                              Workspace& ws);
 
+// Block verification: the total of the residual max(0, t * Q - d * P) of two
+// warped rows, with the rows' own masses (the caller sets draft.mass to the
+// weighted p_i * Q first). Summed as draw_warped_residual sums it.
+double warped_residual_mass(const WarpedRow& target, const WarpedRow& draft, int64_t vocab, Workspace& ws);
+
 }  // namespace spec_verify

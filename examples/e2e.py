@@ -151,14 +151,15 @@ def sampler(sv, temperature: float, generator: torch.Generator):
     return lambda logits: int(sv.sample_draft(logits, temperature=temperature, generator=generator))
 
 
-def speculative_decode(sv, draft, target, prompt_ids, max_new, k, greedy, seed=SEED):
+def speculative_decode(sv, draft, target, prompt_ids, max_new, k, greedy, seed=SEED, temperature=TEMPERATURE,
+                       method="token"):
     """``(output ids, stats)`` of one speculative run with fresh KV caches."""
-    temperature = 0.0 if greedy else TEMPERATURE
+    temperature = 0.0 if greedy else temperature
     # Two generators: the draft's token draws and the verifier's uniforms.
     draft_gen = torch.Generator().manual_seed(seed)
     verify_gen = torch.Generator().manual_seed(seed + 1)
     draft_step, target_step = sv.hf_step_pair(draft, target, temperature=temperature, generator=draft_gen)
-    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=k, greedy=greedy, generator=verify_gen)
+    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=k, greedy=greedy, generator=verify_gen, method=method)
     out = decoder.generate(prompt_ids, max_new)
     return out, decoder.stats
 
@@ -284,7 +285,53 @@ def demo_section(sv, repeats: int = 7, max_new: int = DEMO_MAX_NEW, k: int = DEM
         print(_indent(tokenizer.decode(sampled["spec"])))
         print("\n".join(stats_lines(sampled["stats"], sampled["plain_s"], sampled["spec_s"], sampled["new"])))
         out["sampled"] = _figures(sampled)
+    print(f"\nToken-wise vs block verification (k={k}, {BENCH_MAX_NEW} tokens x {len(BENCH_PROMPTS)} prompts x "
+          f"{len(METHOD_SEEDS)} seeds per row):")
+    out["methods"] = method_rows(sv, k=k)
     return out
+
+
+# ============================================================================
+# Token-wise against block verification (Sun et al. 2024), sampled
+# ============================================================================
+
+METHOD_TEMPERATURES = (0.8, 1.0)
+METHOD_SEEDS = range(6)
+
+
+def method_rows(sv, k: int = DEMO_K, max_new: int = BENCH_MAX_NEW, seeds=METHOD_SEEDS,
+                temperatures=METHOD_TEMPERATURES, quiet: bool = False) -> list[dict]:
+    """Token-wise vs block verification on the shipped pair: tokens per round,
+    acceptance and speedup over plain sampling, pooled over BENCH_PROMPTS x seeds
+    (the same seeds for both methods: the same draft draws until they diverge)."""
+    tokenizer, hf_draft, target = load_pair()
+    draft = lean(hf_draft)
+    prompts = [tokenizer(p, return_tensors="pt").input_ids[0] for p in BENCH_PROMPTS]
+    rows = []
+    with torch_threads(THREADS), torch.inference_mode():
+        for temperature in temperatures:
+            plain_s = 0.0
+            for seed in seeds:
+                sample = sampler(sv, temperature, torch.Generator().manual_seed(seed + 100))
+                for ids in prompts:
+                    plain_s += timed(lambda: plain_decode(target, ids, max_new, sample))[1]
+            for method in ("token", "block"):
+                spec_s, rounds, new, accepted, drafted = 0.0, 0, 0, 0, 0
+                for seed in seeds:
+                    for ids in prompts:
+                        (out, stats), seconds = timed(lambda: speculative_decode(
+                            sv, draft, target, ids, max_new, k, False, seed=seed, temperature=temperature,
+                            method=method))
+                        spec_s += seconds
+                        rounds, new = rounds + stats.rounds, new + stats.new_tokens
+                        accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
+                rows.append(dict(temperature=temperature, method=method, k=k, tokens_per_round=new / rounds,
+                                 acceptance=accepted / drafted, speedup=plain_s / spec_s, rounds=rounds))
+                if not quiet:
+                    r = rows[-1]
+                    print(f"  T={temperature} {method:5s}: {r['tokens_per_round']:.3f} tokens/round, acceptance "
+                          f"{r['acceptance']:.3f} ({rounds} rounds), speedup over plain sampling {r['speedup']:.2f}x")
+    return rows
 
 
 def _figures(run) -> dict:
@@ -499,13 +546,15 @@ def _bench_row(sv, draft, target, prompts, max_new, k, greedy, repeats, costs) -
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv not in (["demo"], ["bench"]):
-        raise SystemExit("usage: python -m examples.e2e demo|bench")
+    if argv not in (["demo"], ["bench"], ["methods"]):
+        raise SystemExit("usage: python -m examples.e2e demo|bench|methods")
     from tools.kernel_loader import load_kernel
 
     sv = load_kernel()
     if argv == ["demo"]:
         demo_section(sv)
+    elif argv == ["methods"]:
+        method_rows(sv)
     else:
         bench_rows(sv)
         runtime_rows(sv)

@@ -94,6 +94,7 @@ OPS = {
     for op in (
         DecisionOp("greedy", "probs", "verify_greedy", "verify_greedy_batched", False, (NAN,)),
         DecisionOp("sampled", "probs", "verify_sampled", "verify_sampled_batched", True, (NAN, -1.0, INF)),
+        DecisionOp("block", "probs", "verify_block", "verify_block_batched", True, (NAN, -1.0, INF)),
         DecisionOp("logits", "logits", "verify_logits", "verify_logits_batched", True, (NAN, INF),
                    dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.01)),
     )
@@ -134,18 +135,18 @@ def warp_kwargs(warp) -> dict:
     return dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
 
 
-def logits_three_ways(sv, target, draft, tokens, u, warp):
+def logits_three_ways(sv, target, draft, tokens, u, warp, method="token"):
     """``verify_logits`` (kernel), the reference ``verify_logits``, and ``verify_sampled``
-    (``verify_greedy`` at temperature 0) on the reference's warped weights: three
-    results that must agree token for token."""
+    (``verify_block`` for ``method="block"``; ``verify_greedy`` at temperature 0) on the
+    reference's warped weights: three results that must agree token for token."""
     kw = warp_kwargs(warp)
-    ours = sv.verify_logits(target, draft, tokens, uniforms=u, **kw)
-    reference = sv.reference.verify_logits(target, draft, tokens, uniforms=u, **kw)
+    ours = sv.verify_logits(target, draft, tokens, uniforms=u, method=method, **kw)
+    reference = sv.reference.verify_logits(target, draft, tokens, uniforms=u, method=method, **kw)
     if kw["temperature"] == 0:
         via_sampled = sv.verify_greedy(target, tokens)
     else:
         weights = sv.reference.warp_weights
-        via_sampled = sv.verify_sampled(
+        via_sampled = (sv.verify_block if method == "block" else sv.verify_sampled)(
             weights(target, *warp), weights(draft, *warp) if len(tokens) else target[:0].float(),
             tokens, uniforms=u,
         )

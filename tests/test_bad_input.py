@@ -296,3 +296,131 @@ def test_meta_tensors_go_to_reference_and_are_refused_there(sv, op):
     target, draft, tokens = _ok(sv, op)
     with _raises(ValueError, "one device"):
         op.call(sv, target.to("meta"), draft, tokens)
+
+
+# ----------------------------------------------------------------------------
+# The hardening issue's reproducers (each was a crash, a wrong exception type
+# or a message naming no argument); both paths, same type and wording
+# ----------------------------------------------------------------------------
+
+LOGIT_OPS = ["verify_logits", "sample_draft", "warp_probs"]
+
+
+def _logits_call(path, name, **kw):
+    target, draft, tokens = torch.zeros(3, 5), torch.zeros(2, 5), torch.tensor([0, 1])
+    if name == "verify_logits":
+        return path.verify_logits(target, draft, tokens, **kw)
+    return getattr(path, name)(draft, **kw)
+
+
+@pytest.mark.parametrize("name", LOGIT_OPS)
+@pytest.mark.parametrize("arg", ["temperature", "top_p", "min_p"])
+@pytest.mark.parametrize("huge", [10**400, -10**400])
+def test_ints_beyond_float_range_are_named_value_errors(path, name, arg, huge):
+    with _raises(ValueError, arg):
+        _logits_call(path, name, **{arg: huge})
+
+
+@pytest.mark.parametrize("name", LOGIT_OPS)
+def test_top_k_beyond_int64_is_off(sv, path, name):
+    # top_k >= V is off; so is any top_k beyond int64 (the schema's own range).
+    gen = torch.Generator().manual_seed(3)
+    target, draft = torch.randn(3, 9, generator=gen), torch.randn(2, 9, generator=gen)
+    tokens, u = torch.tensor([1, 2]), torch.tensor([0.3, 0.6, 0.9], dtype=F64)
+    for top_k in (2**63 - 1, 2**63, 2**100):
+        if name == "verify_logits":
+            got = path.verify_logits(target, draft, tokens, top_k=top_k, uniforms=u)
+            assert got == sv.reference.verify_logits(target, draft, tokens, top_k=0, uniforms=u)
+        elif name == "sample_draft":
+            got = path.sample_draft(draft, top_k=top_k, uniforms=u[:2])
+            assert torch.equal(got, sv.reference.sample_draft(draft, top_k=0, uniforms=u[:2]))
+        else:
+            assert torch.equal(path.warp_probs(draft, top_k=top_k), sv.reference.warp_probs(draft, top_k=0))
+    with _raises(ValueError, "top_k", ">= 0"):
+        _logits_call(path, name, top_k=-2**70)
+
+
+@pytest.mark.parametrize("name", ["sample_draft", "warp_probs"])
+def test_zero_vocabulary_rows(path, name):
+    arg = "draft_logits" if name == "sample_draft" else "logits"
+    for shape in [(0,), (2, 0), (3, 0, 0)]:
+        with _raises(ValueError, arg, "V >= 1"):
+            getattr(path, name)(torch.zeros(shape))
+
+
+def _every_op_call(path, t, d, ids):
+    """Each public op once on (target, draft, tokens) of a single sequence."""
+    return [
+        lambda: path.verify_greedy(t, ids),
+        lambda: path.verify_sampled(t, d, ids),
+        lambda: path.verify_greedy_batched(t[None], ids[None]),
+        lambda: path.verify_sampled_batched(t[None], d[None], ids[None]),
+        lambda: path.verify_logits(t, d, ids),
+        lambda: path.verify_logits_batched(t[None], d[None], ids[None]),
+        lambda: path.sample_draft(d),
+        lambda: path.warp_probs(d),
+    ]
+
+
+def test_meta_tensors_are_refused_by_name(sv, path):
+    t, d, ids = torch.rand(3, 6).to("meta"), torch.rand(2, 6).to("meta"), torch.tensor([1, 2]).to("meta")
+    for call in _every_op_call(path, t, d, ids):
+        with _raises(ValueError, "meta tensor"):
+            call()
+    for law in (lambda: sv.acceptance_rates(t, d), lambda: sv.emitted_token_law(t, d),
+                lambda: sv.joint_law(t, d), lambda: sv.accepted_length_pmf(torch.rand(2).to("meta")),
+                lambda: sv.expected_accepted(torch.rand(2).to("meta"))):
+        with pytest.raises(ValueError, match="is a meta tensor"):
+            law()
+
+
+@pytest.mark.parametrize("uniforms", [None, torch.tensor([0.5, 0.5, 0.5], dtype=F64)], ids=["drawn", "given"])
+@pytest.mark.parametrize("bad", [3, "seed", torch.tensor(1)])
+def test_generator_of_the_wrong_type(path, bad, uniforms):
+    t, d, ids = torch.rand(3, 6), torch.rand(2, 6), torch.tensor([1, 2])
+    for call in (lambda: path.verify_sampled(t, d, ids, generator=bad, uniforms=uniforms),
+                 lambda: path.verify_logits(t, d, ids, generator=bad, uniforms=uniforms),
+                 lambda: path.sample_draft(d, generator=bad)):
+        with _raises(TypeError, "generator must be a torch.Generator"):
+            call()
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_normalize_of_the_wrong_type(path, bad):
+    with _raises(TypeError, "normalize must be a bool"):
+        path.warp_probs(torch.zeros(2, 5), normalize=bad)
+
+
+@pytest.mark.parametrize("arg", ["temperature", "top_p", "min_p"])
+def test_bool_warping_argument_is_a_type_error_on_both_paths(path, arg):
+    for name in LOGIT_OPS:
+        with _raises(TypeError, arg, "real number"):
+            _logits_call(path, name, **{arg: True})
+
+
+def test_huge_stride_0_batch_with_a_bad_count_is_refused_before_allocating(path):
+    # 2^40 sequences as stride-0 views: the bad count is found without a B-sized allocation.
+    batch = 2**40
+    target = torch.rand(1, 3, 4).expand(batch, 3, 4)
+    tokens = torch.zeros(1, 2, dtype=torch.long).expand(batch, 2)
+    with _raises(ValueError, "num_draft_tokens[0]", "outside [0, K]"):
+        path.verify_greedy_batched(target, tokens, torch.tensor([3]).expand(batch))
+    late = torch.zeros(1 << 17, dtype=torch.long)
+    late[-1] = -1  # the first bad entry past the reference's first chunk
+    with _raises(ValueError, f"num_draft_tokens[{(1 << 17) - 1}]"):
+        path.verify_greedy_batched(target[: 1 << 17], tokens[: 1 << 17], late)
+
+
+# ----------------------------------------------------------------------------
+# V >= 2^31: refused (token ids are 32-bit in the logits code)
+# ----------------------------------------------------------------------------
+
+
+def test_vocabulary_of_2_31_is_refused(path):
+    # Expanded stride-0 views: a [rows, 2^31] tensor that uses one element of memory.
+    vocab = 2**31
+    t, d = torch.rand(1, 1).expand(3, vocab), torch.rand(1, 1).expand(2, vocab)
+    ids = torch.tensor([0, 1])
+    for call in _every_op_call(path, t, d, ids):
+        with _raises(ValueError, "V = 2147483648", "2^31 - 1"):
+            call()

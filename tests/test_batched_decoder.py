@@ -2,7 +2,8 @@
 
 What is shown, and against which independent oracle:
 
-* every sequence of a batch follows the target's exact sequence law
+* every sequence of a batch follows the target's exact sequence law (token-wise
+  and block verification)
   (enumerated over tiny prefix-dependent tables, ``decode_tables.py``) while
   the sequences of one round accept different numbers of draft tokens (ragged
   ``num_draft_tokens`` and accepted lengths, asserted to occur): with
@@ -137,13 +138,14 @@ def _run_law(decoder, tables: Tables, runs: int = RUNS):
 # ============================================================================
 
 
-def test_every_sequence_of_a_batch_follows_the_target_law(sv):
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_every_sequence_of_a_batch_follows_the_target_law(sv, method):
     tables = Tables()
     batched = BatchedTables(tables)
     decoder = sv.BatchedSpeculativeDecoder(batched.draft_step, batched.target_step, k=K, greedy=False,
-                                           generator=torch.Generator().manual_seed(1234))
+                                           generator=torch.Generator().manual_seed(1234), method=method)
     pvalues, ragged = _run_law(decoder, tables)
-    print(f"\nbatched, probability rows: p per sequence {[f'{p:.3f}' for p in pvalues]}, "
+    print(f"\nbatched, probability rows, {method}: p per sequence {[f'{p:.3f}' for p in pvalues]}, "
           f"{ragged}/{RUNS} runs ragged in their first round")
     assert ragged > RUNS // 10  # sequences of one round accepted different counts
     assert all(p > ALPHA / len(PROMPTS) for p in pvalues)

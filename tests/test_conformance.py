@@ -271,3 +271,28 @@ def test_chi_square_pooling_and_impossible_cells():
 def test_mixing_hits_the_requested_acceptance():
     target, draft = cf.imperfect_pair(vocab=5000, k=3, acceptance=0.678, seed=9)
     assert cf.law.acceptance_rates(target, draft).tolist() == pytest.approx([0.678] * 3, abs=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Block verification: the same harness against block_joint_law
+# ----------------------------------------------------------------------------
+
+BLOCK_ROUNDS = 40_000  # V = 2000, K = 4: 3^4 ratio paths in the law; the kernel at ~10 us/round
+
+
+def test_block_kernel_conforms_to_the_block_law(sv):
+    target, draft = cf.family("block-groups", vocab=2000, seed=5)
+    result = cf.run_conformance(cf.kernel_verifier(sv, method="block"), target, draft, BLOCK_ROUNDS, seed=21,
+                                alpha=ALPHA, name="block", law_module=sv, method="block")
+    print("\n" + result.report())
+    assert result.passed, result.report()
+    # Not vacuous: the token-wise law differs, and the kernel is held to block's.
+    assert result.mean_law > sv.expected_accepted(sv.acceptance_rates(target, draft)) + 0.05
+
+
+def test_block_with_h_equal_to_p_is_rejected(sv):
+    """NEGATIVE CONTROL: h_i = p_i must fail the same harness at the same size."""
+    target, draft = cf.family("block-groups", vocab=2000, seed=5)
+    result = cf.run_conformance(cf.block_h_equals_p(), target, draft, BLOCK_ROUNDS // 4, seed=21,
+                                alpha=ALPHA, name="block h=p", law_module=sv, method="block")
+    assert not result.passed, result.report()

@@ -99,6 +99,33 @@ def test_sampled_sequences_follow_the_target_law(sv, k, length):
     assert pvalue > ALPHA
 
 
+def test_block_sampled_sequences_follow_the_target_law(sv):
+    """method="block": the same law (the exact proof is tests/test_law.py's enumeration)."""
+    tables = Tables()
+    decoder = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=3, greedy=False,
+                                    generator=torch.Generator().manual_seed(99), method="block")
+    pvalue, accepted, drafted = _sequence_pvalue(decoder, tables, PROMPT, 4, SAMPLED_RUNS)
+    print(f"\nblock k=3, 4 new tokens: chi-square p = {pvalue:.4f} (alpha {ALPHA}), acceptance {accepted}/{drafted}")
+    assert 0 < accepted < drafted
+    assert pvalue > ALPHA
+
+
+def test_block_logits_sequences_follow_the_warped_target_law(sv):
+    tables = LogitTables(sv, _warping(0.8, 0, 1.0))
+    decoder = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=2, greedy=False,
+                                    generator=torch.Generator().manual_seed(7), method="block",
+                                    warping=_warping(0.8, 0, 1.0))
+    pvalue, accepted, drafted = _sequence_pvalue(decoder, tables, PROMPT, LENGTH, SAMPLED_RUNS)
+    assert 0 < accepted < drafted
+    assert pvalue > ALPHA
+
+
+def test_block_method_is_named(sv):
+    tables = Tables()
+    with pytest.raises(ValueError, match="method must be"):
+        sv.SpeculativeDecoder(tables.draft_step, tables.target_step, method="blocks")
+
+
 def _keeps_rejected_token(sv):
     class KeepsRejectedToken(sv.SpeculativeDecoder):
         """Broken: on a rejection keeps the rejected draft token instead of the correction."""
@@ -878,3 +905,114 @@ def test_adapter_is_duck_typed_without_transformers(sv):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ok")
+
+
+# ----------------------------------------------------------------------------
+# A forward that raises part-way: the adapter rolls its cache back
+# ----------------------------------------------------------------------------
+
+
+class _FaultAfter:
+    """A forward hook on one layer that raises once, after the layer has run
+    (and so after it extended its slice of the KV cache in place)."""
+
+    def __init__(self, layer, error):
+        self.error = error
+        self.handle = layer.register_forward_hook(self)
+
+    def __call__(self, module, args, output):
+        self.handle.remove()
+        raise self.error
+
+
+def _logits_after_fault(sv, target, layer_index, error, adapter_cls=None):
+    """Logits of a call made after a faulted call, and those of a fresh adapter."""
+    adapter = (adapter_cls or sv.HFCausalLMStep)(target, temperature=0)
+    adapter.target_step(torch.tensor([5, 17, 3, 9]), torch.tensor([11, 12]))
+    prefix, proposed = torch.tensor([5, 17, 3, 9, 11, 12, 30]), torch.tensor([31, 32, 33])
+    _FaultAfter(target.model.layers[layer_index], error)
+    with pytest.raises(type(error)):
+        adapter.target_step(prefix, proposed)
+    after = adapter.target_step(prefix, proposed)
+    fresh = sv.HFCausalLMStep(target, temperature=0).target_step(prefix, proposed)
+    return after, fresh
+
+
+@pytest.mark.parametrize("layer_index, error", [(0, RuntimeError("injected: out of memory")),
+                                                (1, KeyboardInterrupt())], ids=["middle", "last"])
+@pytest.mark.transformers
+def test_hf_cache_rolls_back_when_a_forward_raises(sv, hf_pair, layer_index, error):
+    _, target = hf_pair  # two layers: 0 is a middle one, 1 the last
+    after, fresh = _logits_after_fault(sv, target, layer_index, error)
+    torch.testing.assert_close(after, fresh, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.transformers
+def test_hf_negative_control_adapter_without_fault_rollback_is_wrong(sv, hf_pair):
+    class KeepsTheCorruptCache(sv.HFCausalLMStep):
+        """Broken: leaves the layers that ran extended after a failed forward."""
+
+        def _restore_after_failed_forward(self):
+            pass
+
+    _, target = hf_pair
+    try:
+        after, fresh = _logits_after_fault(sv, target, 0, RuntimeError("injected"), KeepsTheCorruptCache)
+    except RuntimeError as exc:  # attention over mismatched cache lengths: also a failure to roll back
+        assert "injected" not in str(exc)
+        return
+    assert not torch.allclose(after, fresh, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Hostile callbacks and arguments (the hardening issue, item 10)
+# ----------------------------------------------------------------------------
+
+
+def _argmax_2_target(calls):
+    def target_step(prefix, proposed):
+        calls.append(len(proposed))
+        rows = torch.zeros(len(proposed) + 1, 3)
+        rows[:, 2] = 1.0
+        return rows
+    return target_step
+
+
+def test_out_of_range_draft_ids_never_reach_the_target(sv):
+    calls = []
+    rounds = iter([[2, 2], [0, 7]])  # round 2 proposes id 7 with V = 3 known from round 1
+    decoder = sv.SpeculativeDecoder(lambda prefix, k: (torch.tensor(next(rounds)[:k]), None),
+                                    _argmax_2_target(calls), k=2)
+    with pytest.raises(ValueError, match=r"draft_step.*returned token 7, outside the target's vocabulary \[0, 3\)"):
+        decoder.generate(torch.tensor([0]), max_new=8)
+    assert calls == [2]  # the target ran for round 1 only
+
+
+def test_float_token_lists_are_refused_not_truncated(sv):
+    decoder = sv.SpeculativeDecoder(lambda prefix, k: ([1.7] * k, None), _argmax_2_target([]), k=2)
+    with pytest.raises(TypeError, match=r"draft_step.*tokens that are not integers: 1.7"):
+        decoder.generate(torch.tensor([0]), max_new=4)
+
+
+def test_huge_k_and_max_new_allocate_by_what_the_run_uses(sv):
+    draft = lambda prefix, k: (torch.full((k,), 2, dtype=torch.int64), None)  # noqa: E731
+    decoder = sv.SpeculativeDecoder(draft, _argmax_2_target([]), k=10**7)
+    out = decoder.generate(torch.tensor([0]), max_new=5)
+    assert out.tolist() == [0, 2, 2, 2, 2, 2] and len(decoder.stats.histogram) == 5
+    # max_new = 2^62 ends at the end-of-sequence id, with no 2^62-slot buffer.
+    decoder = sv.SpeculativeDecoder(draft, _argmax_2_target([]), k=3, eos_token_id=2)
+    assert decoder.generate(torch.tensor([0]), max_new=2**62).tolist() == [0, 2]
+    # ... and a long run past the buffer's first allocation grows it.
+    long = sv.SpeculativeDecoder(draft, _argmax_2_target([]), k=7).generate(torch.tensor([0]), max_new=3000)
+    assert long.tolist() == [0] + [2] * 3000
+
+
+def test_meta_tensors_from_callbacks_are_named(sv):
+    meta_tokens = sv.SpeculativeDecoder(lambda prefix, k: (torch.zeros(k, dtype=torch.int64, device="meta"), None),
+                                        _argmax_2_target([]), k=2)
+    with pytest.raises(ValueError, match=r"draft_step.*returned tokens as a meta tensor"):
+        meta_tokens.generate(torch.tensor([0]), max_new=4)
+    meta_rows = sv.SpeculativeDecoder(lambda prefix, k: (torch.zeros(k, dtype=torch.int64), None),
+                                      lambda prefix, proposed: torch.zeros(len(proposed) + 1, 3, device="meta"), k=2)
+    with pytest.raises(ValueError, match=r"target_step.*returned target_probs as a meta tensor"):
+        meta_rows.generate(torch.tensor([0]), max_new=4)

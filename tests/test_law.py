@@ -18,6 +18,7 @@ Everything loads through the ``sv`` fixture: the kernel as a user gets it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from fractions import Fraction
@@ -414,3 +415,270 @@ def test_enumeration_helpers_cover_all_mass():
         total[v] = total.get(v, 0.0) + (hi - lo)
     assert sorted(total) == [0, 1, 2]
     assert [total[0], total[1], total[2]] == pytest.approx([0.25, 0.35, 0.4], abs=1e-14)
+
+
+# ----------------------------------------------------------------------------
+# Block verification (Sun et al. 2024), exactly: rationals, prefix-dependent rows
+# ----------------------------------------------------------------------------
+#
+# The algorithm is written here a second time, in Fractions, from the paper
+# (Algorithm 2), not from the kernel: over every draft path the weights p_i and
+# h_i, P(tau = i | path) = h_i prod_{j > i} (1 - h_j), and the emitted tokens.
+# Rows depend on the whole prefix (a table per prefix), as language models'
+# do. Whole output sequences of N tokens, round after round, must follow the
+# target's law exactly; block's mean accepted length must be >= token-wise's.
+
+
+def _table(salt: int, vocab: int, zeros: bool):
+    """``row(prefix) -> [Fraction] * vocab``: a fixed, prefix-dependent distribution."""
+    memo = {}
+
+    def row(prefix: tuple) -> list:
+        if prefix not in memo:
+            rng = random.Random(hash((salt, vocab) + prefix))
+            w = [rng.choice([0, 1, 1, 2, 3, 5] if zeros else [1, 2, 3, 5]) for _ in range(vocab)]
+            if sum(w) == 0:
+                w[rng.randrange(vocab)] = 1
+            memo[prefix] = _normalized(w)
+        return memo[prefix]
+
+    return row
+
+
+def _residual(weight: Fraction, p: list, q: list) -> list:
+    return [max(Fraction(0), weight * a - b) for a, b in zip(p, q)]
+
+
+def _block_round(target, draft, prefix: tuple, k: int, vocab: int, variant: str = "paper") -> dict:
+    """``{emitted tokens: probability}`` of one round of block verification (variant
+    ``"h=p"``: the negative control, h_i = p_i; ``"token"``: token-wise verification)."""
+    out: dict = {}
+
+    def add(seq, prob):
+        if prob:
+            out[seq] = out.get(seq, Fraction(0)) + prob
+
+    def emit_from(seq, prob, row):
+        total = sum(row)
+        for x in range(vocab):
+            add(seq + (x,), prob * row[x] / total)
+
+    def end(tokens, weights, prob):
+        # Scan down: P(tau = i) = h_i * prod_{j > i} (1 - h_j), h_0 = 1.
+        above = Fraction(1)
+        for i in range(k, -1, -1):
+            p_i = weights[i]
+            ctx = prefix + tokens[:i]
+            if i == k:
+                h, row = p_i, target(ctx)
+            else:
+                row = _residual(p_i, target(ctx), draft(ctx))
+                r = sum(row)
+                if i == 0:
+                    h = Fraction(1)
+                elif variant == "h=p":
+                    h = p_i
+                else:
+                    h = r / (r + 1 - p_i) if r + 1 - p_i else Fraction(0)
+                if r == 0:
+                    row = target(ctx)  # only reachable at i = 0 with p = q (and in the control)
+            emit_from(tokens[:i], prob * above * h, row)
+            above *= 1 - h
+            if above == 0:
+                return
+
+    def walk(tokens, weights, prob):
+        i = len(tokens)
+        if i == k:
+            end(tokens, weights, prob)
+            return
+        p, q = target(prefix + tokens), draft(prefix + tokens)
+        for t in range(vocab):
+            if q[t]:
+                walk(tokens + (t,), weights + [min(Fraction(1), weights[-1] * p[t] / q[t])], prob * q[t])
+
+    def walk_token(tokens, prob):
+        i = len(tokens)
+        p = target(prefix + tokens)
+        if i == k:
+            emit_from(tokens, prob, p)
+            return
+        q = draft(prefix + tokens)
+        row = _residual(Fraction(1), p, q)
+        for t in range(vocab):
+            if q[t]:
+                accept = min(Fraction(1), p[t] / q[t])
+                walk_token(tokens + (t,), prob * q[t] * accept)
+                if accept < 1:
+                    emit_from(tokens, prob * q[t] * (1 - accept), row)
+
+    if variant == "token":
+        walk_token((), Fraction(1))
+    else:
+        walk((), [Fraction(1)], Fraction(1))
+    return out
+
+
+def _decoded_law(target, draft, k: int, vocab: int, length: int, variant: str = "paper") -> dict:
+    """Exact law of the first ``length`` tokens, rounds drafting min(k, left - 1) as the decoder."""
+    law: dict = {}
+
+    def go(prefix: tuple, prob: Fraction):
+        left = length - len(prefix)
+        if left == 0:
+            law[prefix] = law.get(prefix, Fraction(0)) + prob
+            return
+        for seq, pr in _block_round(target, draft, prefix, min(k, left - 1), vocab, variant).items():
+            go(prefix + seq, prob * pr)
+
+    go((), Fraction(1))
+    return law
+
+
+def _target_law(target, vocab: int, length: int) -> dict:
+    law = {}
+    for seq in itertools.product(range(vocab), repeat=length):
+        prob = Fraction(1)
+        for i, x in enumerate(seq):
+            prob *= target(seq[:i])[x]
+        if prob:
+            law[seq] = prob
+    return law
+
+
+def _mean_accepted(target, draft, k: int, vocab: int, variant: str) -> Fraction:
+    return sum(p * (len(seq) - 1) for seq, p in _block_round(target, draft, (), k, vocab, variant).items())
+
+
+_BLOCK_PAIRS = [(salt, vocab, k) for salt in range(6) for vocab, k in ((2, 3), (3, 2), (3, 3))]
+
+
+@pytest.mark.parametrize("salt, vocab, k", _BLOCK_PAIRS)
+def test_block_sequence_law_equals_the_target_law_exactly(salt, vocab, k):
+    target, draft = _table(2 * salt, vocab, zeros=True), _table(2 * salt + 1, vocab, zeros=False)
+    length = k + 1
+    assert _decoded_law(target, draft, k, vocab, length) == _target_law(target, vocab, length)
+    # ... and block verification accepts at least as much as token-wise, in expectation.
+    assert _mean_accepted(target, draft, k, vocab, "paper") >= _mean_accepted(target, draft, k, vocab, "token")
+
+
+def test_block_negative_control_h_equals_p_breaks_the_law():
+    """The broken variant h_i = p_i must differ from the target law on some pair."""
+    broken = 0
+    for salt, vocab, k in _BLOCK_PAIRS[:6]:
+        target, draft = _table(2 * salt, vocab, zeros=True), _table(2 * salt + 1, vocab, zeros=False)
+        broken += _decoded_law(target, draft, k, vocab, k + 1, "h=p") != _target_law(target, vocab, k + 1)
+    assert broken >= 3  # 4 of these 6 at the time of writing: some pairs hide it
+
+
+def test_block_paper_example_eleven_ninths():
+    """Sun et al. 2024, section 2: p = (1/3, 2/3), q = (2/3, 1/3), K = 2: 10/9 token-wise, 11/9 block."""
+    target = lambda prefix: [Fraction(1, 3), Fraction(2, 3)]  # noqa: E731
+    draft = lambda prefix: [Fraction(2, 3), Fraction(1, 3)]  # noqa: E731
+    assert _mean_accepted(target, draft, 2, 2, "token") == Fraction(10, 9)
+    assert _mean_accepted(target, draft, 2, 2, "paper") == Fraction(11, 9)
+
+
+def _fixed_rows(target_w, draft_w):
+    """Position-fixed rows (law.py's setting) as prefix tables."""
+    target = [_normalized(r) for r in target_w]
+    draft = [_normalized(r) for r in draft_w]
+    return (lambda prefix: target[len(prefix)]), (lambda prefix: draft[len(prefix)])
+
+
+@pytest.mark.parametrize("case", list(_cases(30, seed=4242)), ids=lambda c: f"K{len(c[1])}V{len(c[0][0])}")
+def test_block_law_functions_equal_exact_enumeration(law, case):
+    target_w, draft_w = case
+    k, vocab = len(draft_w), len(target_w[0])
+    target, draft = _fixed_rows(target_w, draft_w)
+    exact = _block_round(target, draft, (), k, vocab)
+    want = torch.zeros(k + 1, vocab, dtype=torch.float64)
+    for seq, p in exact.items():
+        want[len(seq) - 1, seq[-1]] += float(p)
+    t = torch.tensor(target_w, dtype=torch.float32)
+    d = torch.tensor(draft_w, dtype=torch.float32).reshape(k, vocab)
+    got = law.block_joint_law(t, d)
+    assert torch.allclose(got, want, atol=1e-14, rtol=0), (got, want)
+    mean = sum(p * (len(seq) - 1) for seq, p in exact.items())
+    assert law.expected_accepted_block(t, d) == pytest.approx(float(mean), abs=1e-14)
+    assert law.expected_accepted_block(t, d) >= law.expected_accepted(law.acceptance_rates(t, d)) - 1e-15
+
+
+def _measured_block_joint(verify, target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """The exact output law of a block verifier: for every draft path, each
+    test uniform's threshold by bisection (u_{i-1} matters only once the scan
+    reaches i), then the final draw's pieces."""
+    k, vocab = draft.shape
+    draft_rows = (draft.double() / draft.double().sum(-1, keepdim=True)).tolist()
+    joint = torch.zeros(k + 1, vocab, dtype=torch.float64)
+
+    def call(tokens, u_tests, u_last):
+        return verify(target, draft, torch.tensor(tokens, dtype=torch.int64),
+                      uniforms=torch.tensor(u_tests + [u_last], dtype=torch.float64))
+
+    def scan(tokens, i, u_tests, weight):
+        # Uniforms u_i .. u_{K-1} are fixed (u_tests[i:]); u_{i-1} decides whether the block ends at i.
+        if i == 0:
+            final(tokens, 0, u_tests, weight)
+            return
+        def ends_here(u):
+            trial = u_tests[: i - 1] + [u] + u_tests[i:]
+            return call(tokens, trial, 0.0)[0] == i
+        for lo, hi, passes_on, mid in _steps(lambda u: not ends_here(u)):
+            trial = u_tests[: i - 1] + [mid] + u_tests[i:]
+            if not passes_on:
+                final(tokens, i, trial, weight * (hi - lo))
+            else:
+                scan(tokens, i - 1, trial, weight * (hi - lo))
+
+    def final(tokens, n, u_tests, weight):
+        def emit(u_last):
+            got_n, nxt = call(tokens, u_tests, u_last)
+            assert got_n == n
+            return nxt
+        for lo, hi, x, _ in _steps(emit):
+            joint[n, x] += weight * (hi - lo)
+
+    for tokens in itertools.product(range(vocab), repeat=k):
+        weight = math.prod(draft_rows[i][t] for i, t in enumerate(tokens))
+        if weight:
+            # Lower uniforms are placeholders until the scan reaches them: whether the
+            # block ends at i reads only u_{i-1}.
+            scan(list(tokens), k, [0.999] * k, weight)
+    return joint
+
+
+def _block_cases():
+    """The paper's example, dense random pairs (p_i < 1 with a positive residual, where
+    h_i < p_i: the sparse ``_cases`` rarely get there), and some sparse ones."""
+    yield [[1, 2], [1, 2], [1, 2]], [[2, 1], [2, 1]]
+    rng = random.Random(31)
+    for k, vocab in ((2, 2), (2, 3), (3, 2), (3, 3), (2, 4)):
+        yield ([[rng.randint(1, 6) for _ in range(vocab)] for _ in range(k + 1)],
+               [[rng.randint(1, 6) for _ in range(vocab)] for _ in range(k)])
+    yield from _cases(6, seed=999)
+
+
+@pytest.mark.parametrize("path", ["kernel", "reference"])
+@pytest.mark.parametrize("case", list(_block_cases()), ids=lambda c: f"K{len(c[1])}V{len(c[0][0])}")
+def test_block_verifier_output_law_equals_law_exactly(sv, law, path, case):
+    target_w, draft_w = case
+    k, vocab = len(draft_w), len(target_w[0])
+    target = torch.tensor(target_w, dtype=torch.float32)
+    draft = torch.tensor(draft_w, dtype=torch.float32).reshape(k, vocab)
+    verify = sv.verify_block if path == "kernel" else sv.reference.verify_block
+    measured = _measured_block_joint(verify, target, draft)
+    assert torch.allclose(measured, law.block_joint_law(target, draft), atol=1e-12, rtol=0)
+
+
+def test_block_interval_enumeration_detects_h_equal_to_p(sv, law, monkeypatch):
+    """Negative control for the test above: the reference with h_i = p_i is caught."""
+    monkeypatch.setattr(sv.reference, "block_stops", lambda *args: True)
+    caught = 0
+    for target_w, draft_w in _block_cases():
+        k, vocab = len(draft_w), len(target_w[0])
+        target = torch.tensor(target_w, dtype=torch.float32)
+        draft = torch.tensor(draft_w, dtype=torch.float32).reshape(k, vocab)
+        measured = _measured_block_joint(sv.reference.verify_block, target, draft)
+        caught += not torch.allclose(measured, law.block_joint_law(target, draft), atol=1e-6)
+    assert caught >= 3  # the paper's example and most dense pairs

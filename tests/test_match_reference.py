@@ -266,8 +266,11 @@ def test_warped_weights_equal_the_reference_bit_for_bit(sv, vocab):
             assert torch.equal(probs > 0, reference > 0)
 
 
-@pytest.mark.parametrize("vocab", [1, 7, 83, 989, 32000])
-def test_verify_logits_matches_reference_token_for_token(sv, vocab):
+# Block from logits shares every warping pass with token-wise; at V = 32000 (the
+# reference's sorts are slow) only token-wise runs, to keep `make test` fast.
+@pytest.mark.parametrize("vocab, method", [(v, m) for v in (1, 7, 83, 989, 32000) for m in ("token", "block")
+                                           if (v, m) != (32000, "block")])
+def test_verify_logits_matches_reference_token_for_token(sv, vocab, method):
     gen = torch.Generator().manual_seed(100 + vocab)
     outcomes, mismatches = set(), []
     warps = WARPS + [(0.0, 0, 1.0, 0.0), (0.0, 5, 0.5, 0.1)]
@@ -283,7 +286,7 @@ def test_verify_logits_matches_reference_token_for_token(sv, vocab):
                     else:
                         tokens = sv.sample_draft(draft, **warp_kwargs(warp), generator=gen)
                     u = torch.rand(k + 1, dtype=torch.float64, generator=gen)
-                    result = logits_three_ways(sv, target, draft, tokens, u, warp)
+                    result = logits_three_ways(sv, target, draft, tokens, u, warp, method)
                     outcomes.add(result[0][0])
                     if not result[0] == result[1] == result[2]:
                         mismatches.append((dtype, k, warp, neg_inf, result))
@@ -385,3 +388,46 @@ def check_isa_script(sv, capability: str, script: str) -> None:
 @pytest.mark.parametrize("family", sorted(ISA_SCRIPTS))
 def test_each_instruction_set_matches_reference(sv, family, capability):
     check_isa_script(sv, capability, ISA_SCRIPTS[family])
+
+
+# ----------------------------------------------------------------------------
+# Vocabularies at summation-block edges and above 128256 (Qwen 151936,
+# Gemma 256000, > 2^20); a last block without target mass
+# ----------------------------------------------------------------------------
+
+EDGE_VOCABS = [511, 512, 513, 1023, 1025, 4095, 4097, 32001, 151936, 256000, 2**20 + 3]
+
+
+@pytest.mark.parametrize("vocab", EDGE_VOCABS)
+def test_block_edge_and_large_vocabularies_match_reference(sv, vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    k = 2
+    target = _random_rows(gen, k + 1, vocab, torch.float32)
+    draft = (target[:k] + 0.5 * _random_rows(gen, k, vocab, torch.float32))
+    tokens = _draft_tokens(gen, draft, target, torch.int64, agree=0.5)
+    for trial in range(2):
+        u = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+        _assert_same(sv.verify_sampled(target, draft, tokens, uniforms=u),
+                     sv.reference.verify_sampled(target, draft, tokens, uniforms=u), dict(vocab=vocab, u=u))
+    _assert_same(sv.verify_greedy(target, tokens), sv.reference.verify_greedy(target, tokens), vocab)
+    logits = target.log()
+    u = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+    ltokens = sv.sample_draft(draft.log(), generator=gen)
+    _assert_same(sv.verify_logits(logits, draft.log(), ltokens, uniforms=u),
+                 sv.reference.verify_logits(logits, draft.log(), ltokens, uniforms=u), dict(vocab=vocab, logits=True))
+
+
+@pytest.mark.parametrize("vocab", [1025, 4097, 32001])
+def test_last_block_without_target_mass(sv, vocab):
+    # The tail past the last full 512-id block holds zero target mass: the
+    # inverse CDF must stop before it, even at u near 1.
+    gen = torch.Generator().manual_seed(vocab + 1)
+    target = _random_rows(gen, 1, vocab, torch.float32)
+    last_live = (vocab // 512) * 512 - 1
+    target[:, last_live + 1:] = 0.0
+    empty = torch.empty(0, dtype=torch.long)
+    for u in [0.0, 0.5, 0.999, 1 - 2**-40, 1 - 2**-53]:
+        uniforms = torch.tensor([u], dtype=torch.float64)
+        got = sv.verify_sampled(target, target[:0], empty, uniforms=uniforms)
+        _assert_same(got, sv.reference.verify_sampled(target, target[:0], empty, uniforms=uniforms), u)
+        assert got[1] <= last_live

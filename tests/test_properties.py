@@ -14,6 +14,8 @@ Fast == reference token for token is in test_match_reference.py.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -64,8 +66,21 @@ def _logits_rejection_at_row_0(sv):
     return target, draft, tokens, dict(warp, uniforms=torch.full((5,), 0.5, dtype=F64)), 0
 
 
+def _block_zero_weight_after_row_1(sv):
+    # Block verification reads every row up to the first draft token of zero
+    # target mass (there p_2 = 0, so no block can end past row 1), and no further.
+    gen = torch.Generator().manual_seed(0)
+    target = torch.rand(5, 211, generator=gen)
+    draft = torch.rand(4, 211, generator=gen)
+    draft[0] = target[0]  # p_1 = 1
+    tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+    target[1, tokens[1]] = 0.0  # p_2 = 0
+    uniforms = torch.tensor([0.0, 0.5, 0.5, 0.5, 0.3], dtype=F64)  # u_0 = 0 < h_1: the block ends at 1
+    return target, draft, tokens, dict(uniforms=uniforms), 1
+
+
 LAZY_CASES = {"greedy": _greedy_miss_at_row_1, "sampled": _sampled_rejection_at_row_1,
-              "logits": _logits_rejection_at_row_0}
+              "block": _block_zero_weight_after_row_1, "logits": _logits_rejection_at_row_0}
 
 
 @ALL
@@ -206,7 +221,7 @@ def _zero_mass_logits(sv, op, gen, vocab, trial):
     return target, draft, tokens, weights(target, *op.warp_args), weights(draft, *op.warp_args)
 
 
-ZERO_MASS_CASES = {"sampled": _zero_mass_probs, "logits": _zero_mass_logits}
+ZERO_MASS_CASES = {"sampled": _zero_mass_probs, "block": _zero_mass_probs, "logits": _zero_mass_logits}
 
 
 @RANDOM
@@ -219,7 +234,8 @@ def test_zero_mass_tokens_never_emitted(sv, op):
                 for u_test in [0.0, 0.999999]:
                     uniforms = torch.tensor([u_test, u_test, u_last], dtype=F64)
                     n, token = op.call(sv, target, draft, tokens, uniforms=uniforms)
-                    if n < 2:
+                    # (block's residual at n > 0 is weighted by p_n: only p > 0 is checked there)
+                    if n < 2 and (op.name != "block" or n == 0):
                         t64, d64 = p[n].double(), q[n].double()
                         residual = t64 * d64.sum() - d64 * t64.sum()
                         assert residual[token] > 0 or bool((residual <= 0).all()), (vocab, trial, n, token)
@@ -312,3 +328,132 @@ def test_no_vocab_sized_allocation(sv, vocab):
     assert 0 < allocated <= 2 * 16 + 2 * 48, f"{allocated} bytes allocated at V = {vocab}"
     # Control: the instrument does see an O(V) allocation made inside an op.
     assert _bytes_allocated_by(lambda: target[0].contiguous(memory_format=torch.preserve_format).clone(), "aten::") >= 4 * vocab
+
+
+# ----------------------------------------------------------------------------
+# The accept test's strict side, the residual draw exactly, one-hot drafts,
+# uniforms 1e-12 apart, inputs re-read (ported from vLLM / FlashInfer / SGLang
+# verification tests)
+# ----------------------------------------------------------------------------
+
+PATHS = pytest.mark.parametrize("path", ["kernel", "reference"])
+
+
+def _impl(sv, path):
+    return sv if path == "kernel" else sv.reference
+
+
+@PATHS
+def test_accept_test_is_strict(sv, path):
+    impl = _impl(sv, path)
+    # Masses 1 exactly: accept iff u * q(t) < p(t).
+    target = torch.tensor([[0.25, 0.75], [0.5, 0.5]])
+    draft = torch.tensor([[0.5, 0.5]])
+    t0 = torch.tensor([0])
+    at = lambda u: impl.verify_sampled(target, draft, t0, uniforms=torch.tensor([u, 0.1], dtype=F64))  # noqa: E731
+    assert at(0.5)[0] == 0  # u * q = p exactly: rejected
+    assert at(0.5 - 2**-53)[0] == 1  # just below: accepted
+    # p(t) = 0 is rejected even at u = 0.
+    zero_p = torch.tensor([[0.0, 1.0], [0.5, 0.5]])
+    assert impl.verify_sampled(zero_p, draft, t0, uniforms=torch.tensor([0.0, 0.1], dtype=F64)) == (0, 1)
+
+
+@PATHS
+def test_residual_draw_is_exact_across_many_blocks(sv, path):
+    # V = 8192 spans many float64 summation blocks. Uniforms at the midpoint
+    # of a token's residual interval must draw exactly that token, computed
+    # here independently from the definition (numpy-free float64 torch cumsum
+    # of max(0, p*Q - q*P); midpoints are far from any rounding).
+    impl = _impl(sv, path)
+    gen = torch.Generator().manual_seed(11)
+    vocab = 8192
+    target = torch.rand(2, vocab, generator=gen)
+    draft = torch.rand(1, vocab, generator=gen)
+    token = int(torch.argmax(draft[0] - target[0]))  # q(t) > p(t): rejectable
+    p, q = target[0].double(), draft[0].double()
+    res = (p * q.sum() - q * p.sum()).clamp_min(0)
+    cum = torch.cumsum(res, 0)
+    total = float(cum[-1])
+    picks = torch.nonzero(res > 0).flatten()
+    picks = picks[torch.randperm(len(picks), generator=gen)[:40]]
+    blocks = set()
+    for x in picks.tolist():
+        u = (float(cum[x]) - 0.5 * float(res[x])) / total
+        uniforms = torch.tensor([1 - 2**-53, u], dtype=F64)  # reject at 0, then draw
+        assert impl.verify_sampled(target, draft, torch.tensor([token]), uniforms=uniforms) == (0, x)
+        blocks.add(x // 512)
+    assert len(blocks) >= 8
+
+
+@pytest.mark.parametrize("family", ["sampled", "logits"])
+def test_one_hot_draft_rows_never_re_emit_the_rejected_token(sv, family):
+    # n-gram drafts: q is a point mass at t. The residual at t is max(0, p(t) - 1) = 0.
+    gen = torch.Generator().manual_seed(12)
+    vocab, rejections = 50, 0
+    for trial in range(200):
+        token = int(torch.randint(vocab, (1,), generator=gen))
+        u = torch.rand(2, dtype=F64, generator=gen)
+        if family == "sampled":
+            target = torch.rand(2, vocab, generator=gen)
+            draft = torch.zeros(1, vocab)
+            draft[0, token] = 1.0
+            n, nxt = sv.verify_sampled(target, draft, torch.tensor([token]), uniforms=u)
+        else:
+            target = torch.randn(2, vocab, generator=gen)
+            draft = torch.full((1, vocab), -math.inf)
+            draft[0, token] = 0.0
+            n, nxt = sv.verify_logits(target, draft, torch.tensor([token]), uniforms=u)
+        if n == 0:
+            rejections += 1
+            assert nxt != token, f"trial {trial}"
+    assert rejections > 50  # the property was exercised
+
+
+@PATHS
+def test_uniforms_1e12_apart_pick_different_tokens(sv, path):
+    impl = _impl(sv, path)
+    target = torch.tensor([[0.5, 0.5]])
+    below, above = 0.5 - 5e-13, 0.5 + 5e-13
+    assert impl.verify_sampled(target, target[:0], torch.tensor([], dtype=torch.long),
+                               uniforms=torch.tensor([below], dtype=F64)) == (0, 0)
+    assert impl.verify_sampled(target, target[:0], torch.tensor([], dtype=torch.long),
+                               uniforms=torch.tensor([above], dtype=F64)) == (0, 1)
+
+
+@ALL
+def test_inputs_changed_in_place_are_re_read(sv, op):
+    gen = torch.Generator().manual_seed(13)
+    target, draft, tokens = op.case(sv, gen, 2, 40)
+    u = torch.tensor([0.0, 0.0, 0.5], dtype=F64)
+    first = op.call(sv, target, draft, tokens, uniforms=u)
+    # Make row 0's argmax (and, sampled, its only mass) a token other than t_0.
+    other = (int(tokens[0]) + 1) % 40
+    target[0] = -math.inf if op.rows == "logits" else 0.0
+    target[0, other] = 5.0
+    second = op.call(sv, target, draft, tokens, uniforms=u)
+    assert second[0] == 0 and first != second
+    tokens[0] = other  # now t_0 is the target's argmax
+    if op.rows == "logits":
+        draft[0] = -math.inf
+        draft[0, other] = 0.0
+    elif op.random:
+        draft[0, other] = 1.0
+    assert op.call(sv, target, draft, tokens, uniforms=u)[0] >= 1
+    u[0] = 0.999999  # the uniforms too: a certain accept stays (p = 1), rejections follow u
+    assert op.call(sv, target, draft, tokens, uniforms=u)[0] >= 1
+
+
+@ALL
+def test_odd_batch_sizes_equal_single(sv, op):
+    gen = torch.Generator().manual_seed(14)
+    for batch in range(1, 32):
+        k, vocab = 3, 19
+        target, draft, tokens = op.case(sv, gen, k, vocab, batch=batch)
+        counts = torch.randint(0, k + 1, (batch,), generator=gen)
+        uniforms = torch.rand(batch, k + 1, dtype=F64, generator=gen)
+        n, nxt = op.call_batched(sv, target, draft, tokens, counts, uniforms=uniforms)
+        for b in range(batch):
+            kb = int(counts[b])
+            single = op.call(sv, target[b, : kb + 1], draft[b, :kb], tokens[b, :kb],
+                             uniforms=uniforms[b, : kb + 1].contiguous())
+            assert (int(n[b]), int(nxt[b])) == single, f"batch {batch}, sequence {b}"

@@ -112,6 +112,9 @@ def _tensor_op_cases(sv):
                            (target.bfloat16(), draft.bfloat16(), tokens, uniforms, None)],
         "verify_greedy_batched": [(b_target, b_tokens, counts), (b_target, b_tokens, None)],
         "verify_sampled_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
+        "verify_block": [(target, draft, tokens, uniforms, None),
+                         (target.half(), draft.half(), tokens.int(), uniforms, None)],
+        "verify_block_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
         "verify_logits": [(lt, ld, ltok, *WARP, lu, None),
                           (lt.bfloat16(), ld.bfloat16(), ltok.int(), 0.0, 0, 1.0, 0.0, None, None)],
         "verify_logits_batched": [(lt.repeat(2, 1, 1), ld.repeat(2, 1, 1), ltok.repeat(2, 1), torch.tensor([4, 1]),
@@ -125,10 +128,11 @@ def _tensor_op_cases(sv):
 # cannot stand for: their schema and autograd registration are checked, and
 # they must agree with the traceable forms (named here).
 INT_OPS = {"verify_greedy_ints": "verify_greedy", "verify_sampled_ints": "verify_sampled",
-           "verify_logits_ints": "verify_logits"}
+           "verify_logits_ints": "verify_logits", "verify_block_ints": "verify_block"}
 # No tensor in or out (a string): nothing to trace or compare under aot_dispatch.
 NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "test_faketensor")}
 TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
+              "verify_block", "verify_block_batched",
               "verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
 EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
 
@@ -165,7 +169,10 @@ def _fake_shapes_probs(sv, mode):
     target, draft, tokens, uniforms = (mode.from_tensor(t) for t in _sample_args())
     out = sv.ops.verify_sampled(target, draft, tokens, uniforms, None)
     batched = sv.ops.verify_greedy_batched(target.repeat(4, 1, 1), tokens.repeat(4, 1), None)
-    return out, batched, []
+    block = sv.ops.verify_block(target, draft, tokens, uniforms, None)
+    block_batched = sv.ops.verify_block_batched(target.repeat(4, 1, 1), draft.repeat(4, 1, 1), tokens.repeat(4, 1),
+                                                None, None, None)
+    return out, batched, [(block, (2,), torch.int64)] + [(t, (4,), torch.int64) for t in block_batched]
 
 
 def _fake_shapes_logits(sv, mode):
@@ -189,18 +196,59 @@ def test_fake_implementations_give_the_real_shapes(sv, family, shapes):
         assert tuple(tensor.shape) == shape and tensor.dtype == dtype
 
 
+def _meta_mixed_cases(sv):
+    """(op, args) with exactly one tensor argument moved to the meta device."""
+    for name, calls in _tensor_op_cases(sv).items():
+        args = calls[0]
+        tensors = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
+        for i in tensors if len(tensors) > 1 else []:  # all on meta is shape inference, and fine
+            yield name, i, args[:i] + (args[i].to("meta"),) + args[i + 1:]
+
+
+def test_raw_ops_refuse_a_meta_tensor_among_cpu_tensors(sv):
+    t = _sample_args()[0]
+    assert sv.ops.warp_probs(t.to("meta"), *WARP, True).is_meta  # every tensor on meta: shapes only
+    # The dispatcher runs the fake for a meta argument: it must refuse the mix,
+    # not return an uninitialized CPU tensor as if it were a result.
+    cases = list(_meta_mixed_cases(sv))
+    assert len(cases) >= 20
+    for name, i, args in cases:
+        with pytest.raises(ValueError, match="one device"):
+            getattr(sv.ops, name)(*args)
+            pytest.fail(f"{name} with argument {i} on meta returned")
+
+
+def test_fakes_refuse_bad_shapes(sv):
+    target, draft, tokens, uniforms = _sample_args()
+    with FakeTensorMode() as mode:
+        t, d, ids, u = (mode.from_tensor(x) for x in (target, draft, tokens, uniforms))
+        with pytest.raises(ValueError, match="target_probs must have K\\+1"):
+            sv.ops.verify_greedy(t[:2], ids)
+        with pytest.raises(ValueError, match="uniforms must have shape"):
+            sv.ops.verify_sampled(t, d, ids, u[:2], None)
+        with pytest.raises(TypeError, match="draft_tokens must be int64"):
+            sv.ops.verify_greedy(t, ids.float())
+        with pytest.raises(ValueError, match="temperature"):
+            sv.ops.warp_probs(d, -1.0, 0, 1.0, 0.0, True)
+
+
 TRACEABLE = {  # the traceable op of each random family, called positionally
     "sampled": lambda sv, target, draft, tokens, u: sv.ops.verify_sampled(target, draft, tokens, u, None),
+    "block": lambda sv, target, draft, tokens, u: sv.ops.verify_block(target, draft, tokens, u, None),
+    "logits-block": lambda sv, target, draft, tokens, u: sv.ops.verify_logits(target, draft, tokens, *WARP, u, None,
+                                                                              True),
     "logits": lambda sv, target, draft, tokens, u: sv.ops.verify_logits(target, draft, tokens, *WARP, u, None),
 }
 
 
 def _family_args(sv, name):
-    return _sample_args() if OPS[name].rows == "probs" else _logits_args(sv)
+    return _sample_args() if OPS[name.split("-")[0]].rows == "probs" else _logits_args(sv)
 
 
 def _warp_kwargs(name):
-    return {} if OPS[name].rows == "probs" else dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP))
+    if OPS[name.split("-")[0]].rows == "probs":
+        return {}
+    return dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP), **({"method": "block"} if "block" in name else {}))
 
 
 @pytest.mark.parametrize("name", sorted(TRACEABLE))
@@ -212,7 +260,7 @@ def test_ops_compile_with_fullgraph(sv, name):
 
     compiled = torch.compile(decide, fullgraph=True, backend="eager")
     assert compiled(target, draft, tokens, uniforms).tolist() == list(
-        OPS[name].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
+        OPS[name.split("-")[0]].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
     )
 
 

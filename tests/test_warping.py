@@ -93,3 +93,20 @@ def test_ties_at_cut_offs_through_verification(sv):
                 ours, reference, via_sampled = logits_three_ways(sv, target, draft, tokens, u, warp)
                 mismatches += not (ours == reference == via_sampled)
     assert mismatches == 0
+
+
+def test_warped_target_with_unwarped_draft_emits_only_the_cut_set(sv):
+    # verify_sampled on a top-k/top-p warped target and a full-support draft:
+    # every accepted token and every emitted token has positive target mass.
+    gen = torch.Generator().manual_seed(21)
+    vocab, k = 200, 4
+    for trial in range(60):
+        logits = torch.randn(k + 1, vocab, generator=gen) * 2
+        target = sv.warp_probs(logits, top_k=10, top_p=0.8)
+        draft = torch.softmax(logits[:k] + torch.randn(k, vocab, generator=gen), -1)
+        tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+        n, nxt = sv.verify_sampled(target, draft, tokens, generator=gen)
+        kept = target > 0
+        for i in range(n):
+            assert kept[i, tokens[i]], f"trial {trial}: accepted token {int(tokens[i])} outside the cut set"
+        assert kept[n, nxt], f"trial {trial}: emitted {nxt} outside the cut set"

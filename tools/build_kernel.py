@@ -58,6 +58,8 @@ PACKAGE = ROOT / "torch-ext" / "spec_verify"
 BUILD_TOML = ROOT / "build.toml"
 # The sources compiled once per instruction set live here (as ATen's native/cpu/).
 PER_ISA_DIR = ROOT / "csrc" / "cpu"
+# Where --sanitize builds (git-ignored): a root of its own, loaded with SPEC_VERIFY_ROOT.
+SANITIZE_ROOT = ROOT / ".cache" / "asan"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,12 +211,20 @@ def compile_one(cxx: str, source: Path, obj: Path, flags: list[str]) -> tuple[Pa
     return obj, time.perf_counter() - start
 
 
+# --sanitize: AddressSanitizer + UBSan on every object (make test-asan). -O1
+# and frame pointers for readable reports; UBSan errors abort (no recovery),
+# so a report cannot scroll by unnoticed.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"]
+
+
 def build_library(description: Description, namespace: str, out_dir: Path, isas: dict[str, list[str]],
-                  target: Target) -> Path:
+                  target: Target, build_root: Path, sanitize: bool = False) -> Path:
     cxx = target.cxx
-    obj_dir = ROOT / "build" / "obj" / namespace
+    obj_dir = build_root / "obj" / namespace
     obj_dir.mkdir(parents=True, exist_ok=True)
     base = common_flags(namespace, isas, target)
+    if sanitize:
+        base = [f for f in base if f != "-O3"] + ["-O1", *SANITIZE_FLAGS]
     jobs = [(source, obj_dir / object_name(source), base) for source in description.compiled_once]
     for isa, isa_flags in isas.items():
         defines = [f"-DCPU_CAPABILITY={isa}", f"-DCPU_CAPABILITY_{isa}"]
@@ -229,7 +239,7 @@ def build_library(description: Description, namespace: str, out_dir: Path, isas:
     # objects resolves to a generic (safe) copy.
     objects = [str(job[1]) for job in jobs]
     # -fopenmp records libgomp.so.1, which resolves to the copy torch loaded.
-    link = [cxx, "-shared", "-fopenmp", "-o", str(library), *objects]
+    link = [cxx, "-shared", "-fopenmp", *(SANITIZE_FLAGS if sanitize else []), "-o", str(library), *objects]
     link += [f"-L{p}" for p in target.library_paths]
     link += ["-lc10", "-ltorch_cpu", "-ltorch"]
     result = subprocess.run(link, capture_output=True, text=True)
@@ -281,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cxx", help="the C++ compiler (default: $CXX, else g++)")
     parser.add_argument("--torch-dir", type=Path, help="cross build: the target machine's torch package folder")
     parser.add_argument("--arch", help="cross build: the target machine, as platform.machine() there (with --torch-dir)")
+    parser.add_argument("--sanitize", action="store_true",
+                        help=f"AddressSanitizer + UBSan build into {SANITIZE_ROOT.relative_to(ROOT)}/build/ "
+                             "(load it with SPEC_VERIFY_ROOT; never mixed with build/)")
     args = parser.parse_args(argv)
     if (args.torch_dir is None) != (args.arch is None):
         parser.error("--torch-dir and --arch go together")
@@ -288,8 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     target = host_target(args.cxx) if args.torch_dir is None else cross_target(args.torch_dir.resolve(), args.arch, args.cxx)
     isas = isas_for_machine(target.machine)
     description = read_description()
-    namespace = f"_spec_verify_cpu_{source_hash(description, target.torch_version + ','.join(isas))}"
-    variant_dir = ROOT / "build" / variant_name(target)
+    flavour = "asan" if args.sanitize else ""
+    namespace = f"_spec_verify_cpu_{source_hash(description, target.torch_version + ','.join(isas) + flavour)}"
+    # The sanitized build lives under its own root, so build/ never holds it.
+    build_root = (SANITIZE_ROOT if args.sanitize else ROOT) / "build"
+    variant_dir = build_root / variant_name(target)
     library = variant_dir / f"{namespace}.abi3.so"
     if library.exists() and not args.force:
         print(f"build: {library.relative_to(ROOT)} is up to date")
@@ -298,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         if variant_dir.exists():
             shutil.rmtree(variant_dir)
         variant_dir.mkdir(parents=True)
-        library = build_library(description, namespace, variant_dir, isas, target)
+        library = build_library(description, namespace, variant_dir, isas, target, build_root, args.sanitize)
         print(f"build: wrote {library.relative_to(ROOT)} (ISAs: {', '.join(isas)})")
     # The Python files are copied every time: editing them needs no recompile.
     write_variant(description, namespace, variant_dir)

@@ -141,8 +141,11 @@ def batched_verifier(verify_sampled_batched) -> Verifier:
     return rounds
 
 
-def kernel_verifier(sv, batched: bool = True) -> Verifier:
-    """The kernel's ``verify_sampled_batched`` (or its one-round ``verify_sampled``)."""
+def kernel_verifier(sv, batched: bool = True, method: str = "token") -> Verifier:
+    """The kernel's ``verify_sampled_batched`` (or its one-round ``verify_sampled``);
+    ``method="block"``: ``verify_block_batched`` / ``verify_block``."""
+    if method == "block":
+        return batched_verifier(sv.verify_block_batched) if batched else single_round_verifier(sv.verify_block)
     if batched:
         return batched_verifier(sv.verify_sampled_batched)
     return single_round_verifier(sv.verify_sampled)
@@ -188,6 +191,36 @@ class _NumpyRule:
             if sel.any():
                 nxt[sel] = _inverse_cdf(cdfs[j], u[sel, k])
         return n, nxt
+
+
+def block_h_equals_p(seed: int = 0) -> Verifier:
+    """NEGATIVE CONTROL for block verification: ``h_i = p_i`` (the residual weight
+    left out), else as Algorithm 2: the block ends at the largest ``i`` with
+    ``u_{i-1} < p_i``, the correction drawn from ``norm(max(0, p_i p_i - q_i))``.
+    Numpy, one V-vector per correction. Must FAIL."""
+
+    def rounds(target_probs, draft_probs, draft_tokens, uniforms):
+        t = target_probs.double().numpy()
+        d = draft_probs.double().numpy()
+        t, d = t / t.sum(1, keepdims=True), d / d.sum(1, keepdims=True)
+        tokens, u = np.asarray(draft_tokens), np.asarray(uniforms, dtype=np.float64)
+        count, k = tokens.shape
+        weights = np.ones((count, k + 1))
+        for i in range(k):
+            weights[:, i + 1] = np.minimum(1.0, weights[:, i] * t[i, tokens[:, i]] / d[i, tokens[:, i]])
+        n = np.zeros(count, dtype=np.int64)
+        for i in range(1, k + 1):  # the largest i wins
+            n = np.where(u[:, i - 1] < weights[:, i], i, n)
+        nxt = np.empty(count, dtype=np.int64)
+        for b in range(count):
+            j = n[b]
+            row = t[k] if j == k else np.clip(weights[b, j] * t[j] - d[j], 0.0, None)
+            if row.sum() <= 0:
+                row = t[j]
+            nxt[b] = _inverse_cdf(np.cumsum(row), u[b, k : k + 1])[0]
+        return n, nxt
+
+    return rounds
 
 
 def numpy_verifier() -> Verifier:
@@ -430,6 +463,7 @@ def run_conformance(
     progress: bool = False,
     name: str = "",
     law_module=None,
+    method: str = "token",
 ) -> ConformanceResult:
     """Run ``rounds`` verification rounds of one pair and test them against the law.
 
@@ -457,13 +491,28 @@ def run_conformance(
         ``accepted_length_pmf``, ``emitted_token_law``, ``expected_accepted``
         and ``accepted_length_variance`` (the loaded kernel qualifies).
         Default: ``torch-ext/spec_verify/law.py`` of this checkout.
+    method : str
+        The law tested: ``"token"`` (rejection sampling) or ``"block"`` (block
+        verification: ``block_joint_law``, by enumeration of ratio paths, so the
+        pair needs few distinct ratios ``p/q`` per row: ``block-groups``).
     """
     start = time.perf_counter()
     the_law = law if law_module is None else law_module
     k, vocab = draft_probs.shape
     acceptance = the_law.acceptance_rates(target_probs, draft_probs)
-    pmf = the_law.accepted_length_pmf(acceptance).numpy()
-    rows = the_law.emitted_token_law(target_probs, draft_probs).numpy()
+    if method == "block":
+        joint = the_law.block_joint_law(target_probs, draft_probs)
+        pmf_t = joint.sum(-1)
+        rows = (joint / pmf_t.clamp_min(1e-300).unsqueeze(-1)).numpy()
+        pmf = pmf_t.numpy()
+        j = np.arange(k + 1)
+        mean_law = float((pmf * j).sum())
+        variance = float((pmf * j * j).sum()) - mean_law**2
+    else:
+        pmf = the_law.accepted_length_pmf(acceptance).numpy()
+        rows = the_law.emitted_token_law(target_probs, draft_probs).numpy()
+        mean_law = the_law.expected_accepted(acceptance)
+        variance = the_law.accepted_length_variance(acceptance)
 
     tokens, uniforms = draw_rounds(draft_probs, rounds, seed)
     n = np.empty(rounds, dtype=np.int64)
@@ -484,8 +533,7 @@ def run_conformance(
 
     hist, length = _length_test(n, pmf)
     chis = [length] + _token_tests(n, nxt, rows)
-    mean_law = the_law.expected_accepted(acceptance)
-    se = math.sqrt(the_law.accepted_length_variance(acceptance) / max(rounds, 1))
+    se = math.sqrt(max(variance, 0.0) / max(rounds, 1))
     mean = float(n.mean()) if rounds else float("nan")
     z = (mean - mean_law) / se if se > 0 else (0.0 if mean == mean_law else math.inf)
     z_p = float(2 * stats.norm.sf(abs(z)))
@@ -603,6 +651,17 @@ def _scales(vocab: int, k: int, rng) -> tuple[np.ndarray, np.ndarray]:
     return target, draft
 
 
+def _block_groups(vocab: int, k: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    # Block verification's law enumerates paths of ratios p/q: integer Zipf
+    # weights (exact in float32) and a draft that multiplies each of three
+    # token groups by 1, 2 or 5: three ratios per row, 3^K paths.
+    target = np.stack([np.floor(2.0**20 / np.arange(1, vocab + 1)[rng.permutation(vocab)] ** (0.9 + 0.05 * i)) + 1
+                       for i in range(k + 1)])
+    factors = np.array([1.0, 2.0, 5.0])
+    draft = np.stack([target[i] * factors[rng.integers(0, 3, vocab)] for i in range(k)])
+    return target, draft
+
+
 FAMILIES = {
     "zipf-smoothed": (_zipf_smoothed, 1000, 4),
     "sharper-draft": (_sharper_draft, 111, 5),
@@ -612,6 +671,9 @@ FAMILIES = {
 # The user's reference experiment (600 rounds on a Raspberry Pi, K = 4, every
 # alpha_i = 0.678), as a pair: V = 32000 by default.
 PI_FAMILY = "pi-0.678"
+# Block verification's pair (few ratios p/q per row, so its law can be enumerated):
+# not among FAMILIES, whose token-wise runs are sized for V ~ 1000.
+BLOCK_FAMILY = "block-groups"
 
 
 def family(
@@ -620,13 +682,14 @@ def family(
     """A named float32 target/draft pair ``([K+1, V], [K, V])``; ``seed`` seeds its RNG.
 
     ``zipf-smoothed``, ``sharper-draft``, ``disjoint-zeros``, ``scales``, and
-    ``pi-0.678`` (V = 32000, K = 4, every alpha_i ~= 0.678: the Pi experiment's pair).
+    ``pi-0.678`` (V = 32000, K = 4, every alpha_i ~= 0.678: the Pi experiment's pair),
+    ``block-groups`` (V = 32000, K = 4, three ratios p/q per row: block verification's).
     """
     if name == PI_FAMILY:
         return imperfect_pair(vocab or 32000, 4 if k is None else k, 0.678, seed)
-    if name not in FAMILIES:
-        raise ValueError(f"unknown family {name!r}; choose from {sorted(FAMILIES) + [PI_FAMILY]}")
-    build, default_vocab, default_k = FAMILIES[name]
+    if name not in FAMILIES and name != BLOCK_FAMILY:
+        raise ValueError(f"unknown family {name!r}; choose from {sorted(FAMILIES) + [PI_FAMILY, BLOCK_FAMILY]}")
+    build, default_vocab, default_k = FAMILIES[name] if name in FAMILIES else (_block_groups, 32000, 4)
     target, draft = build(vocab or default_vocab, default_k if k is None else k, np.random.default_rng(seed))
     return torch.from_numpy(target).float(), torch.from_numpy(draft).float()
 
@@ -643,6 +706,10 @@ def _verifier_by_name(name: str) -> Verifier:
         return kernel_verifier(load_kernel(), batched=False)
     if name == "reference":
         return single_round_verifier(load_kernel().reference.verify_sampled)
+    if name == "block":
+        return kernel_verifier(load_kernel(), method="block")
+    if name == "block-h-equals-p":
+        return block_h_equals_p()
     if name == "resample-from-target":
         return resample_from_target(kernel_verifier(load_kernel()))
     if name == "ignore-uniform":
@@ -659,7 +726,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verifier",
         default="kernel",
-        choices=["kernel", "kernel-single", "reference", "numpy", "resample-from-target", "ignore-uniform"],
+        choices=["kernel", "kernel-single", "reference", "numpy", "resample-from-target", "ignore-uniform",
+                 "block", "block-h-equals-p"],
+        help="block, block-h-equals-p: tested against block verification's law, on --family "
+             "block-groups unless another is named",
     )
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise significance level")
     parser.add_argument("--seed", type=int, default=0)
@@ -669,7 +739,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    target, draft = family(args.family, args.vocab, args.k, args.seed)
+    method = "block" if args.verifier.startswith("block") else "token"
+    family_name = BLOCK_FAMILY if method == "block" and args.family == PI_FAMILY else args.family
+    target, draft = family(family_name, args.vocab, args.k, args.seed)
     result = run_conformance(
         _verifier_by_name(args.verifier),
         target,
@@ -679,7 +751,8 @@ def main(argv: list[str] | None = None) -> int:
         alpha=args.alpha,
         chunk=args.chunk,
         progress=True,
-        name=f"{args.verifier} on {args.family}",
+        name=f"{args.verifier} on {family_name}",
+        method=method,
     )
     print(result.report())
     return 0 if result.passed else 1

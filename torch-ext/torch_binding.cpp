@@ -35,6 +35,17 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
       "verify_sampled_batched(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
       "Tensor? num_draft_tokens=None, Tensor? uniforms=None, Generator? generator=None) "
       "-> (Tensor, Tensor)");
+  // Block verification (Sun et al. 2024): verify_sampled's inputs and uniforms.
+  m.def(
+      "verify_block(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
+      "Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+  m.def(
+      "verify_block_ints(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
+      "Tensor? uniforms=None, Generator? generator=None) -> (int, int)");
+  m.def(
+      "verify_block_batched(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
+      "Tensor? num_draft_tokens=None, Tensor? uniforms=None, Generator? generator=None) "
+      "-> (Tensor, Tensor)");
   // No tensors in or out: registered for every backend.
   m.def("build_info() -> str", &spec_verify::build_info);
   // Logits in: temperature, top-k, top-p, min-p applied to draft and target
@@ -42,15 +53,16 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
   m.def(
       "verify_logits(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
       "float temperature=1.0, int top_k=0, float top_p=1.0, float min_p=0.0, "
-      "Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+      "Tensor? uniforms=None, Generator? generator=None, bool block=False) -> Tensor");
   m.def(
       "verify_logits_ints(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
       "float temperature=1.0, int top_k=0, float top_p=1.0, float min_p=0.0, "
-      "Tensor? uniforms=None, Generator? generator=None) -> (int, int)");
+      "Tensor? uniforms=None, Generator? generator=None, bool block=False) -> (int, int)");
   m.def(
       "verify_logits_batched(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
       "Tensor? num_draft_tokens=None, float temperature=1.0, int top_k=0, float top_p=1.0, "
-      "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> (Tensor, Tensor)");
+      "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None, bool block=False) "
+      "-> (Tensor, Tensor)");
   m.def(
       "sample_draft(Tensor draft_logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
@@ -66,6 +78,9 @@ SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
   m.impl("verify_sampled_ints", &spec_verify::verify_sampled_ints);
   m.impl("verify_greedy_batched", &spec_verify::verify_greedy_batched);
   m.impl("verify_sampled_batched", &spec_verify::verify_sampled_batched);
+  m.impl("verify_block", &spec_verify::verify_block);
+  m.impl("verify_block_ints", &spec_verify::verify_block_ints);
+  m.impl("verify_block_batched", &spec_verify::verify_block_batched);
   m.impl("verify_logits", &spec_verify::verify_logits);
   m.impl("verify_logits_ints", &spec_verify::verify_logits_ints);
   m.impl("verify_logits_batched", &spec_verify::verify_logits_batched);

@@ -241,8 +241,9 @@ double residual_row(const scalar_t* target, const scalar_t* draft, int64_t n, do
   const VecD tm(target_mass), dm(draft_mass), zero(0.0);
   return sum_blocks(n, block, block_sums, [&](int64_t start, int64_t end) {
     VecD s0(0.0), s1(0.0), s2(0.0), s3(0.0);
-    // See Note [Residual bit-exactness] (csrc/decide.h): the scalar
-    // residual(), in the same order (no FMA: built with -ffp-contract=off).
+    // See Note [Residual bit-exactness] (DESIGN.md): the expression of the
+    // scalar residual() in csrc/decide.h, in the same order (no FMA: built
+    // with -ffp-contract=off).
     auto accumulate = [&](const VecD* t, const VecD* d) {
       s0 = s0 + at::vec::clamp_min(t[0] * dm - d[0] * tm, zero);
       s1 = s1 + at::vec::clamp_min(t[1] * dm - d[1] * tm, zero);

@@ -39,10 +39,20 @@ from .law import (
     accepted_length_variance,
     emitted_token_law,
     expected_accepted,
+    block_joint_law,
+    expected_accepted_block,
     joint_law,
 )
 from .logits import sample_draft, verify_logits, verify_logits_batched, warp_probs
-from .verify import build_info, verify_greedy, verify_greedy_batched, verify_sampled, verify_sampled_batched
+from .verify import (
+    build_info,
+    verify_block,
+    verify_block_batched,
+    verify_greedy,
+    verify_greedy_batched,
+    verify_sampled,
+    verify_sampled_batched,
+)
 
 __all__ = [
     # Probability rows in
@@ -50,6 +60,8 @@ __all__ = [
     "verify_sampled",
     "verify_greedy_batched",
     "verify_sampled_batched",
+    "verify_block",
+    "verify_block_batched",
     # Logits in
     "verify_logits",
     "verify_logits_batched",
@@ -60,6 +72,8 @@ __all__ = [
     "accepted_length_pmf",
     "accepted_length_variance",
     "expected_accepted",
+    "expected_accepted_block",
+    "block_joint_law",
     "emitted_token_law",
     "joint_law",
     # The decode loop

@@ -7,6 +7,8 @@ index and the broken rule (DESIGN.md, "Bad input").
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import NamedTuple
 
 import torch
@@ -53,6 +55,7 @@ def check_tokens_tensor(name: str, t, ndim: int) -> None:
 
 
 def check_same_device(**tensors: torch.Tensor | None) -> None:
+    """One device for every tensor given (None: absent)."""
     devices = {name: t.device for name, t in tensors.items() if t is not None}
     if len(set(devices.values())) > 1:
         listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
@@ -68,39 +71,129 @@ def check_token_range(draft_tokens: torch.Tensor, vocab: int, name: str = "draft
         raise IndexError(f"{name} holds token id {bad}, outside [0, V) with V = {vocab}")
 
 
+# Token ids are held as 32-bit in the logits code (and a row of 2^31 float32
+# is 8 GiB): V >= 2^31 is refused, with the rule, on both paths (csrc/checks.cpp).
+MAX_VOCAB = 2**31 - 1
+
+
 def check_vocab(name: str, vocab: int) -> int:
     if vocab < 1:
         raise ValueError(f"{name} must have a vocabulary of at least one token (V >= 1)")
+    if vocab > MAX_VOCAB:
+        raise ValueError(f"{name} has V = {vocab}: at most 2^31 - 1 token ids are supported (ids are 32-bit)")
     return vocab
 
 
-def check_uniforms(uniforms, shape: tuple[int, ...],
-                   what: str = "one per draft token plus one for the final draw") -> None:
+def check_has_values(**tensors) -> None:
+    """Refuse meta tensors before any value is read: they hold shapes, not values."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.is_meta:
+            raise ValueError(f"{name} is a meta tensor: it has no values to read")
+
+
+# ----------------------------------------------------------------------------
+# Scalar arguments: one rule for the wrappers, the reference and the fakes
+# ----------------------------------------------------------------------------
+
+
+def _real(name: str, value) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range: out of every range below
+        return math.inf if value > 0 else -math.inf
+
+
+def warp_scalars(temperature, top_k, top_p, min_p) -> tuple[float, int, float, float]:
+    """The warping arguments' types, as the op schema takes them (float, int64).
+
+    Values are checked by ``check_warp_values`` (and the C++ ``check_warp``).
+    Why: the dispatcher would raise RuntimeError / OverflowError for a bool, a
+    string or an int beyond int64 / float range; here each gets a named error.
+    ``top_k`` beyond int64 is "off" like any ``top_k >= V``, so it is clamped.
+    """
+    temperature, top_p, min_p = _real("temperature", temperature), _real("top_p", top_p), _real("min_p", min_p)
+    if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool):
+        raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
+    top_k = int(top_k)
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+    return temperature, min(top_k, 2**63 - 1), top_p, min_p
+
+
+def check_warp_values(temperature: float, top_k: int, top_p: float, min_p: float) -> None:
+    """The value rules of csrc/warp.cpp's check_warp, same wording."""
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {temperature!r}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k!r}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1] (1 = off), got {top_p!r}")
+    if not 0.0 <= min_p < 1.0:
+        raise ValueError(f"min_p must lie in [0, 1) (0 = off), got {min_p!r}")
+
+
+def check_generator(generator) -> None:
+    """None or a torch.Generator, checked even when uniforms are given (both paths alike)."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+def check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_uniforms_shape(uniforms, shape: tuple[int, ...],
+                         what: str = "one per draft token plus one for the final draw") -> None:
+    """float64 uniforms of exactly ``shape``; no value read (the fakes stop here)."""
     if not isinstance(uniforms, torch.Tensor):
         raise TypeError(f"uniforms must be a torch.Tensor, got {type(uniforms).__name__}")
     if uniforms.dtype != torch.float64:
         raise TypeError(f"uniforms must be float64, got {uniforms.dtype}")
-    if tuple(uniforms.shape) != shape:
+    if tuple(uniforms.shape) != tuple(shape):
         raise ValueError(f"uniforms must have shape {list(shape)} ({what}), got {list(uniforms.shape)}")
+
+
+def check_uniforms(uniforms, shape: tuple[int, ...],
+                   what: str = "one per draft token plus one for the final draw") -> None:
+    check_uniforms_shape(uniforms, shape, what)
+    check_has_values(uniforms=uniforms)
     if uniforms.numel() and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
         bad = uniforms[~((uniforms >= 0) & (uniforms < 1))].flatten()[0].item()
         raise ValueError(f"uniforms must lie in [0, 1), got {bad}")
+
+
+def check_num_draft_shape(num_draft_tokens, batch: int) -> None:
+    """``num_draft_tokens``: ``[B]`` int64 / int32 ids (or None); no value read."""
+    if num_draft_tokens is None:
+        return
+    check_tokens_tensor("num_draft_tokens", num_draft_tokens, 1)
+    if num_draft_tokens.shape[0] != batch:
+        raise ValueError(
+            f"num_draft_tokens must have B = {batch} entries, got shape {tuple(num_draft_tokens.shape)}"
+        )
 
 
 def check_num_draft(num_draft_tokens, batch: int, k_max: int) -> list[int]:
     """Draft lengths per sequence: ``num_draft_tokens[b]`` in ``[0, K]``, or K for all."""
     if num_draft_tokens is None:
         return [k_max] * batch
-    check_tokens_tensor("num_draft_tokens", num_draft_tokens, 1)
-    if num_draft_tokens.shape[0] != batch:
-        raise ValueError(
-            f"num_draft_tokens must have B = {batch} entries, got shape {tuple(num_draft_tokens.shape)}"
-        )
-    counts = num_draft_tokens.tolist()
-    for b, c in enumerate(counts):
-        if c < 0 or c > k_max:
-            raise ValueError(f"num_draft_tokens[{b}] is {c}, outside [0, K] with K = {k_max}")
-    return counts
+    check_num_draft_shape(num_draft_tokens, batch)
+    # In chunks: the first bad entry is found without materializing a huge
+    # (e.g. stride-0) batch; the list of counts is built only once all are valid.
+    for start in range(0, batch, _CHUNK):
+        chunk = num_draft_tokens[start:start + _CHUNK]
+        bad = ((chunk < 0) | (chunk > k_max)).nonzero()
+        if bad.numel():
+            b = start + int(bad[0, 0])
+            raise ValueError(f"num_draft_tokens[{b}] is {int(num_draft_tokens[b])}, outside [0, K] with K = {k_max}")
+    return num_draft_tokens.tolist()
+
+
+_CHUNK = 1 << 16
 
 
 class Shape(NamedTuple):
@@ -113,12 +206,13 @@ class Shape(NamedTuple):
 
 
 def check_sequences(target, draft, draft_tokens, num_draft_tokens=None, *, batched: bool,
-                    target_name: str, draft_name: str | None) -> Shape:
+                    target_name: str, draft_name: str | None, read_values: bool = True) -> Shape:
     """The checks every verify op shares: ranks, dtypes, ``[.., K+1, V]`` target
     rows, ``[.., K, V]`` draft rows (if any), ids in ``[0, V)``, one device.
 
     ``batched``: ``[B, K+1, V]`` / ``[B, K]`` (with ``num_draft_tokens``);
     else ``[K+1, V]`` / ``[K]``. ``draft_name`` None: no draft rows (greedy).
+    ``read_values`` False (the fakes): ranks, dtypes, shapes and devices only.
     """
     lead = 1 if batched else 0
     check_rows_tensor(target_name, target, 2 + lead)
@@ -150,12 +244,20 @@ def check_sequences(target, draft, draft_tokens, num_draft_tokens=None, *, batch
             raise ValueError(
                 f"{draft_name} must have shape {form} = [{where(expected)}], got {tuple(draft.shape)}"
             )
+    tensors = {target_name: target, "draft_tokens": draft_tokens,
+               **({draft_name: draft} if draft_name is not None else {})}
+    if batched:
+        check_num_draft_shape(num_draft_tokens, batch)
+        tensors["num_draft_tokens"] = num_draft_tokens
+    # Devices before any value is read (a meta tensor has none to read).
+    check_same_device(**tensors)
+    if not read_values:
+        return Shape(batch, k, vocab, [])
+    check_has_values(**tensors)
     counts = check_num_draft(num_draft_tokens, batch, k) if batched else [k]
     if batched:
         for b in range(batch):
             check_token_range(draft_tokens[b, : counts[b]], vocab)
     else:
         check_token_range(draft_tokens, vocab)
-    check_same_device(**{target_name: target, "draft_tokens": draft_tokens,
-                         **({draft_name: draft} if draft_name is not None else {})})
     return Shape(batch, k, vocab, counts)

@@ -5,78 +5,127 @@ torch.library.opcheck. The traceable ops return int64
 tensors whose shapes depend only on the input shapes. The `*_ints` ops (two
 data-dependent Python ints, for eager calls) have no fake implementation on
 purpose: the wrappers never trace them (see `__init__._eager`).
+
+Each fake validates what it can without values -- ranks, dtypes, shapes,
+the warping arguments, one device for every tensor -- with the reference's
+checks (`_checks.py`, the C++ wording). Why: a raw op called with a meta
+tensor among CPU tensors runs its fake, which would otherwise return an
+uninitialized CPU tensor as if it were a result.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ._checks import (
+    check_rows_tensor,
+    check_same_device,
+    check_sequences,
+    check_uniforms_shape,
+    check_vocab,
+    check_warp_values,
+)
 from ._ops import add_op_namespace_prefix
+
+_BATCHED_WHAT = "B rows of one per draft token plus one for the final draw"
+
+
+def _check(target, draft, draft_tokens, num_draft_tokens=None, uniforms=None, *, batched, rows, what=None):
+    # Shapes, dtypes and devices of a verify op's tensors (no value is read).
+    shape = check_sequences(target, draft, draft_tokens, num_draft_tokens, batched=batched,
+                            target_name=f"target_{rows}", draft_name=None if draft is None else f"draft_{rows}",
+                            read_values=False)
+    if uniforms is not None:
+        u_shape = (shape.batch, shape.k + 1) if batched else (shape.k + 1,)
+        check_uniforms_shape(uniforms, u_shape, what or (_BATCHED_WHAT if batched else
+                                                         "one per draft token plus one for the final draw"))
+        check_same_device(**{f"target_{rows}": target, "uniforms": uniforms})
+    return shape
+
+
+def _pair(like, batch):
+    return like.new_empty((batch,), dtype=torch.int64), like.new_empty((batch,), dtype=torch.int64)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("verify_greedy"))
 def _verify_greedy_fake(target_probs, draft_tokens):
+    _check(target_probs, None, draft_tokens, batched=False, rows="probs")
     return target_probs.new_empty((2,), dtype=torch.int64)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("verify_sampled"))
 def _verify_sampled_fake(target_probs, draft_probs, draft_tokens, uniforms=None, generator=None):
+    _check(target_probs, draft_probs, draft_tokens, None, uniforms, batched=False, rows="probs")
     return target_probs.new_empty((2,), dtype=torch.int64)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("verify_greedy_batched"))
 def _verify_greedy_batched_fake(target_probs, draft_tokens, num_draft_tokens=None):
-    batch = draft_tokens.shape[0]
-    return (
-        target_probs.new_empty((batch,), dtype=torch.int64),
-        target_probs.new_empty((batch,), dtype=torch.int64),
-    )
+    shape = _check(target_probs, None, draft_tokens, num_draft_tokens, batched=True, rows="probs")
+    return _pair(target_probs, shape.batch)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("verify_sampled_batched"))
 def _verify_sampled_batched_fake(
     target_probs, draft_probs, draft_tokens, num_draft_tokens=None, uniforms=None, generator=None
 ):
-    batch = draft_tokens.shape[0]
-    return (
-        target_probs.new_empty((batch,), dtype=torch.int64),
-        target_probs.new_empty((batch,), dtype=torch.int64),
-    )
+    shape = _check(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms, batched=True, rows="probs",
+                   what="one per draft token plus one for the final draw")
+    return _pair(target_probs, shape.batch)
+
+
+# Block verification takes exactly verify_sampled's arguments: the same fakes.
+torch.library.register_fake(add_op_namespace_prefix("verify_block"))(_verify_sampled_fake)
+torch.library.register_fake(add_op_namespace_prefix("verify_block_batched"))(_verify_sampled_batched_fake)
 
 
 # ----------------------------------------------------------------------------
-# Logits in (csrc/logits_ops.cpp). verify_logits_ints, like the other *_ints
-# ops, has no fake on purpose.
+# Logits in (csrc/ops_logits.cpp). verify_logits_ints, like the other *_ints
+# ops, has no fake on purpose. The warping's values are checked first, as the
+# C++ op checks them.
 # ----------------------------------------------------------------------------
 
 
 @torch.library.register_fake(add_op_namespace_prefix("verify_logits"))
 def _verify_logits_fake(
     target_logits, draft_logits, draft_tokens, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-    uniforms=None, generator=None,
+    uniforms=None, generator=None, block=False,
 ):
+    check_warp_values(temperature, top_k, top_p, min_p)
+    _check(target_logits, draft_logits, draft_tokens, None, uniforms, batched=False, rows="logits")
     return target_logits.new_empty((2,), dtype=torch.int64)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("verify_logits_batched"))
 def _verify_logits_batched_fake(
     target_logits, draft_logits, draft_tokens, num_draft_tokens=None, temperature=1.0, top_k=0,
-    top_p=1.0, min_p=0.0, uniforms=None, generator=None,
+    top_p=1.0, min_p=0.0, uniforms=None, generator=None, block=False,
 ):
-    batch = draft_tokens.shape[0]
-    return (
-        target_logits.new_empty((batch,), dtype=torch.int64),
-        target_logits.new_empty((batch,), dtype=torch.int64),
-    )
+    check_warp_values(temperature, top_k, top_p, min_p)
+    shape = _check(target_logits, draft_logits, draft_tokens, num_draft_tokens, uniforms, batched=True,
+                   rows="logits")
+    return _pair(target_logits, shape.batch)
+
+
+def _check_logits_rows(name, logits, uniforms=None):
+    check_rows_tensor(name, logits, 2)
+    check_vocab(name, logits.shape[1])
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (logits.shape[0],), f"one per row of {name}")
+        check_same_device(**{name: logits, "uniforms": uniforms})
 
 
 @torch.library.register_fake(add_op_namespace_prefix("sample_draft"))
 def _sample_draft_fake(
     draft_logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, uniforms=None, generator=None
 ):
+    check_warp_values(temperature, top_k, top_p, min_p)
+    _check_logits_rows("draft_logits", draft_logits, uniforms)
     return draft_logits.new_empty((draft_logits.shape[0],), dtype=torch.int64)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("warp_probs"))
 def _warp_probs_fake(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, normalize=True):
+    check_warp_values(temperature, top_k, top_p, min_p)
+    _check_logits_rows("logits", logits)
     return logits.new_empty(logits.shape, dtype=torch.float32)

@@ -57,6 +57,7 @@ import torch
 
 from .decode_checks import (
     check_draft_against_target,
+    check_draft_ids,
     check_draft_result,
     check_int,
     check_prompts,
@@ -67,7 +68,7 @@ from .decode_checks import (
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping
 from .logits import verify_logits_batched
-from .verify import verify_greedy_batched, verify_sampled_batched
+from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
 
 __all__ = ["BatchedSpeculativeDecoder"]
 
@@ -80,22 +81,28 @@ BatchedTargetStep = Callable[[list, torch.Tensor, list], torch.Tensor]
 # ----------------------------------------------------------------------------
 
 
-class _Sequence:
-    """The prompt and the tokens committed so far, in one preallocated buffer."""
+_BUFFER_START = 1024  # output slots allocated up front; a buffer doubles past them
 
-    __slots__ = ("buffer", "length", "prompt_length", "stopped_by")
+
+class _Sequence:
+    """The prompt and the tokens committed so far, in one buffer grown by doubling."""
+
+    __slots__ = ("buffer", "length", "prompt_length", "max_length", "stopped_by")
 
     def __init__(self, prompt: torch.Tensor, max_new: int) -> None:
-        self.buffer = torch.empty(len(prompt) + max_new, dtype=torch.int64)
+        # Sized by what a run uses, not by max_new alone: max_new=2**62 must
+        # not allocate 2**62 slots up front.
+        self.buffer = torch.empty(len(prompt) + min(max_new, _BUFFER_START), dtype=torch.int64)
         self.buffer[: len(prompt)] = prompt
         self.length = self.prompt_length = len(prompt)
+        self.max_length = len(prompt) + max_new
         # Nothing to decode at all (max_new = 0): stopped before the first round.
         self.stopped_by = "max_new" if max_new == 0 else None
 
     @property
     def left(self) -> int:
         """New tokens this sequence may still emit."""
-        return len(self.buffer) - self.length
+        return self.max_length - self.length
 
     @property
     def filled(self) -> torch.Tensor:
@@ -109,6 +116,10 @@ class _Sequence:
                 # Keep the eos itself, drop whatever the round had after it.
                 new, self.stopped_by = new[: i + 1], "eos"
                 break
+        if self.length + len(new) > len(self.buffer):
+            grown = torch.empty(max(2 * len(self.buffer), self.length + len(new)), dtype=torch.int64)
+            grown[: self.length] = self.buffer[: self.length]
+            self.buffer = grown
         self.buffer[self.length : self.length + len(new)] = torch.tensor(new, dtype=torch.int64)
         self.length += len(new)
         if self.stopped_by is None and self.left == 0:
@@ -132,7 +143,7 @@ class _DecodeLoop:
 
     def __init__(self, draft_step, target_step, k: int = 4, greedy: bool = True, eos_token_id=None,
                  generator: torch.Generator | None = None, *,
-                 warping: LogitsWarping | Mapping | None = None) -> None:
+                 warping: LogitsWarping | Mapping | None = None, method: str = "token") -> None:
         if not callable(draft_step):
             raise TypeError(f"draft_step must be callable, got {type(draft_step).__name__}")
         if not callable(target_step):
@@ -143,6 +154,10 @@ class _DecodeLoop:
         self.target_step = target_step
         self.k = check_int("k", k, 1)
         self.greedy = bool(greedy)
+        if method not in ("token", "block"):
+            raise ValueError(f'method must be "token" or "block", got {method!r}')
+        # Sampled verification: token-wise or block (DESIGN.md, "Block verification"); greedy ignores it.
+        self.method = method
         self.eos_token_ids = eos_set(eos_token_id)
         self.generator = generator
         self.warping = _resolve_warping(warping, draft_step, target_step, self.greedy)
@@ -157,7 +172,10 @@ class _DecodeLoop:
         max_new = check_int("max_new", max_new, 0)
         if on_commit is not None and not callable(on_commit):
             raise TypeError(f"on_commit must be callable or None, got {type(on_commit).__name__}")
-        stats = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping, batch_size=len(prompts))
+        # One counter per accepted length a round can reach: k itself may be huge (k=10**7).
+        longest_round = min(self.k, max(max_new - 1, 0))
+        stats = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping, batch_size=len(prompts),
+                            histogram=[0] * (longest_round + 1))
         self.stats = stats
         self._vocab = None  # learnt from the first target call of this run
         start = time.perf_counter()
@@ -200,8 +218,13 @@ class _DecodeLoop:
     def _draft_round(self, prefixes: list, k_round: int, rows: list):
         """``[n, k_round]`` draft tokens and the ``[n, k_round, V]`` rows they were drawn from (or None)."""
         where = f"draft_step(prefixes, k={k_round}, rows) for {len(prefixes)} sequences"
-        return check_draft_result(self.draft_step(prefixes, k_round, rows), where, (len(prefixes), k_round),
-                                  self._rows, needs_rows=not self._argmax_only)
+        tokens, draft_rows = check_draft_result(self.draft_step(prefixes, k_round, rows), where,
+                                                (len(prefixes), k_round), self._rows,
+                                                needs_rows=not self._argmax_only)
+        if self._vocab is not None:
+            # V is known from round 1: bad ids never reach target_step.
+            check_draft_ids(tokens, [k_round] * len(prefixes), self._vocab, where)
+        return tokens, draft_rows
 
     # -- phase 2: target -------------------------------------------------------
 
@@ -239,12 +262,13 @@ class _DecodeLoop:
             else:
                 target_rows, draft_rows = same_dtype(target_rows, draft_rows)
                 if self.warping is None:
-                    accepted, next_tokens = verify_sampled_batched(target_rows, draft_rows, draft_tokens,
-                                                                   num_draft_tokens, generator=self.generator)
+                    verify = verify_block_batched if self.method == "block" else verify_sampled_batched
+                    accepted, next_tokens = verify(target_rows, draft_rows, draft_tokens, num_draft_tokens,
+                                                   generator=self.generator)
                 else:
                     accepted, next_tokens = verify_logits_batched(target_rows, draft_rows, draft_tokens,
                                                                   num_draft_tokens, generator=self.generator,
-                                                                  **self.warping.kwargs())
+                                                                  method=self.method, **self.warping.kwargs())
         return accepted.tolist(), next_tokens.tolist()
 
     def _naming_the_round(self):
@@ -316,6 +340,11 @@ class BatchedSpeculativeDecoder(_DecodeLoop):
         Declares that both callbacks return logits rows warped by this; else
         the callbacks' ``warping`` attributes decide (``HFBatchedCausalLM``
         carries one), and without any the rows are probabilities.
+    method : {"token", "block"}, default "token", keyword only
+        Sampled verification: token-wise (``verify_sampled_batched`` /
+        ``verify_logits_batched``) or block verification
+        (``verify_block_batched`` / ``verify_logits_batched(method="block")``),
+        per sequence. Ignored when greedy.
 
     Attributes
     ----------
@@ -364,8 +393,9 @@ class BatchedSpeculativeDecoder(_DecodeLoop):
 
     def __init__(self, draft_step: BatchedDraftStep, target_step: BatchedTargetStep, k: int = 4,
                  greedy: bool = True, eos_token_id=None, generator: torch.Generator | None = None, *,
-                 warping: LogitsWarping | Mapping | None = None) -> None:
-        super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping)
+                 warping: LogitsWarping | Mapping | None = None, method: str = "token") -> None:
+        super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
+                         method=method)
 
     def generate(self, prompts, max_new: int = 128, *, attention_mask=None, on_commit=None) -> list:
         """Decode up to ``max_new`` tokens after each prompt.

@@ -11,6 +11,7 @@ Only the Python standard library and torch are imported here.
 
 from __future__ import annotations
 
+import numbers
 from typing import Iterable
 
 import torch
@@ -129,15 +130,28 @@ def eos_set(eos_token_id) -> frozenset:
 def as_tokens(value, where: str) -> torch.Tensor:
     """Callback tokens as an int64 CPU tensor, or a clear error."""
     if isinstance(value, (list, tuple)):
+        # Checked element by element: torch.tensor(..., dtype=int64) would
+        # silently truncate a float (1.7 -> 1) and wrap nothing else.
+        flat = [v for row in value for v in (row if isinstance(row, (list, tuple)) else [row])]
+        bad = [v for v in flat if isinstance(v, bool) or not isinstance(v, numbers.Integral)]
+        if bad:
+            raise TypeError(f"{where} returned tokens that are not integers: {bad[0]!r}")
         try:
             value = torch.tensor(value, dtype=torch.int64)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"{where} returned tokens that are not integers: {err}") from None
+        except (TypeError, ValueError, OverflowError, RuntimeError) as err:
+            raise TypeError(f"{where} returned tokens that are not int64 token ids: {err}") from None
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{where} returned tokens of type {type(value).__name__}, expected an int tensor")
     if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
         raise TypeError(f"{where} returned tokens of dtype {value.dtype}, expected int64 or int32")
+    _check_has_values(value, where, "tokens")
     return value.to(device="cpu", dtype=torch.int64)
+
+
+def _check_has_values(value: torch.Tensor, where: str, what: str) -> None:
+    # A meta tensor holds a shape but no values: nothing to decode with.
+    if value.is_meta:
+        raise ValueError(f"{where} returned {what} as a meta tensor, which holds no values")
 
 
 def check_rows(value, where: str, what: str, lead: tuple, expected: str) -> torch.Tensor:
@@ -152,6 +166,7 @@ def check_rows(value, where: str, what: str, lead: tuple, expected: str) -> torc
                          f"{len(lead) + 1}-D {layout}")
     if tuple(value.shape[:-1]) != tuple(lead):
         raise ValueError(f"{where} returned {what} of shape {tuple(value.shape)}: expected {expected}")
+    _check_has_values(value, where, what)
     return value
 
 
@@ -179,6 +194,23 @@ def check_draft_result(result, where: str, lead: tuple, rows_name: str, needs_ro
     return tokens, check_rows(rows, where, rows_name, lead, expected)
 
 
+def check_draft_ids(tokens: torch.Tensor, budgets: list, vocab: int, where: str):
+    """The draft token ids a sequence will have read (``tokens[b, :budgets[b]]``) inside ``[0, V)``.
+
+    Returns the ``[n, K]`` mask of those positions, or None when every
+    sequence reads all ``K`` (the usual case: no mask needed).
+    """
+    k_round = tokens.shape[1]
+    read = None if min(budgets) == k_round else torch.arange(k_round).view(1, -1) < torch.tensor(budgets).view(-1, 1)
+    if max(budgets) > 0:
+        lo, hi = (int(x) for x in torch.aminmax(tokens if read is None else tokens[read]))
+        if lo < 0 or hi >= vocab:
+            raise ValueError(
+                f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
+            )
+    return read
+
+
 def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, vocab: int, where: str,
                                rows_name: str, sampled_probs: bool, batched: bool) -> None:
     """The draft tokens a sequence will have read (``tokens[b, :budgets[b]]``) inside the
@@ -189,15 +221,7 @@ def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, 
     ``n = 1`` and is named without its batch index.
     """
     name = (lambda b, i: f"[{b}, {i}]") if batched else (lambda b, i: f"[{i}]")  # noqa: E731
-    k_round = tokens.shape[1]
-    # Usually every sequence reads all K: then no mask is needed to find the extremes.
-    read = None if min(budgets) == k_round else torch.arange(k_round).view(1, -1) < torch.tensor(budgets).view(-1, 1)
-    if max(budgets) > 0:
-        lo, hi = (int(x) for x in torch.aminmax(tokens if read is None else tokens[read]))
-        if lo < 0 or hi >= vocab:
-            raise ValueError(
-                f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
-            )
+    read = check_draft_ids(tokens, budgets, vocab, where)
     if draft_rows is None:
         return
     if draft_rows.shape[-1] != vocab:

@@ -53,7 +53,8 @@ class DecodeStats:
         summed over sequences.
     histogram : list[int]
         ``histogram[j]`` = rounds that accepted exactly ``j`` draft tokens,
-        ``j = 0 .. k``; sums to ``rounds``.
+        ``j = 0 .. min(k, max_new - 1)`` (the longest round the run can
+        draft; ``k`` itself may be huge); sums to ``rounds``.
     per_round : list[tuple[int, int]]
         ``(drafted, accepted)`` for every round, in order.
     draft_seconds, target_seconds, verify_seconds, total_seconds : float
@@ -97,6 +98,7 @@ class DecodeStats:
     def __post_init__(self) -> None:
         if not self.histogram:
             self.histogram = [0] * (self.k + 1)
+        self.histogram = list(self.histogram)
 
     def record_round(self, drafted: int, accepted: int) -> None:
         """Add one round that drafted ``drafted`` and accepted ``accepted`` tokens."""

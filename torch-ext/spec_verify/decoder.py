@@ -88,11 +88,18 @@ from typing import Callable, Mapping, Optional
 import torch
 
 from .batched_decoder import _DecodeLoop, _round_errors
-from .decode_checks import check_draft_against_target, check_draft_result, check_prompt, check_rows, same_dtype
+from .decode_checks import (
+    check_draft_against_target,
+    check_draft_ids,
+    check_draft_result,
+    check_prompt,
+    check_rows,
+    same_dtype,
+)
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping
 from .logits import verify_logits
-from .verify import verify_greedy, verify_sampled
+from .verify import verify_block, verify_greedy, verify_sampled
 
 __all__ = ["SpeculativeDecoder", "DecodeStats", "LogitsWarping"]
 
@@ -145,6 +152,10 @@ class SpeculativeDecoder(_DecodeLoop):
         decide (``HFCausalLMStep`` carries one), and without any, the rows are
         probabilities. Sampled mode at temperature 0 is greedy: verified by
         ``verify_greedy``, and the draft may return ``rows=None``.
+    method : {"token", "block"}, default "token", keyword only
+        Sampled verification: token-wise (``verify_sampled`` / ``verify_logits``)
+        or block verification (``verify_block`` / ``verify_logits(method="block")``,
+        never fewer tokens per round in expectation). Ignored when greedy.
 
     Attributes
     ----------
@@ -204,8 +215,10 @@ class SpeculativeDecoder(_DecodeLoop):
         generator: torch.Generator | None = None,
         *,
         warping: LogitsWarping | Mapping | None = None,
+        method: str = "token",
     ) -> None:
-        super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping)
+        super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
+                         method=method)
 
     def generate(self, prompt_ids, max_new: int = 128) -> torch.Tensor:
         """Decode up to ``max_new`` tokens after ``prompt_ids``.
@@ -247,9 +260,13 @@ class SpeculativeDecoder(_DecodeLoop):
 
     def _draft(self, prefix: torch.Tensor, k_round: int):
         """``k_round`` draft tokens and the rows they were drawn from (None if never read)."""
-        result = self.draft_step(prefix, k_round)
-        return check_draft_result(result, f"draft_step(prefix, k={k_round})", (k_round,), self._rows,
-                                  needs_rows=not self._argmax_only)
+        where = f"draft_step(prefix, k={k_round})"
+        tokens, rows = check_draft_result(self.draft_step(prefix, k_round), where, (k_round,), self._rows,
+                                          needs_rows=not self._argmax_only)
+        if self._vocab is not None:
+            # V is known from round 1: bad ids never reach target_step.
+            check_draft_ids(tokens[None], [k_round], self._vocab, where)
+        return tokens, rows
 
     # -- phase 2: target -------------------------------------------------------
 
@@ -275,9 +292,10 @@ class SpeculativeDecoder(_DecodeLoop):
                 return verify_greedy(target_rows, draft_tokens)
             target_rows, draft_rows = same_dtype(target_rows, draft_rows)
             if self.warping is None:
-                return verify_sampled(target_rows, draft_rows, draft_tokens, generator=self.generator)
+                verify = verify_block if self.method == "block" else verify_sampled
+                return verify(target_rows, draft_rows, draft_tokens, generator=self.generator)
             return verify_logits(target_rows, draft_rows, draft_tokens, generator=self.generator,
-                                 **self.warping.kwargs())
+                                 method=self.method, **self.warping.kwargs())
 
     # -- convenience -------------------------------------------------------------
 

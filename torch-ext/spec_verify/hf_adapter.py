@@ -269,10 +269,17 @@ class HFCausalLMStep:
         """Run ``new_tokens`` on top of the cache; float32 CPU logits of the last ``rows``."""
         self.forward_calls += 1
         self.tokens_fed += len(new_tokens)
-        with torch.no_grad():
-            out = self.model(
-                new_tokens.view(1, -1).to(self._device), past_key_values=self._cache, use_cache=True
-            )
+        try:
+            with torch.no_grad():
+                out = self.model(
+                    new_tokens.view(1, -1).to(self._device), past_key_values=self._cache, use_cache=True
+                )
+        except BaseException:
+            # A forward that raised part-way (Ctrl-C, out of memory, a fault in
+            # a layer) has extended the cache in place in the layers that ran;
+            # our record has not moved. Roll the cache back to the record.
+            self._restore_after_failed_forward()
+            raise
         self._cache = out.past_key_values
         self._cached = torch.cat([self._cached, new_tokens])
         return out.logits[0, -rows:].detach().to(device="cpu", dtype=torch.float32)
@@ -293,6 +300,30 @@ class HFCausalLMStep:
             self._drop_cache(rebuild=True)
             return
         self._cached = self._cached[:keep]
+
+    def _restore_after_failed_forward(self) -> None:
+        """Cut every cache layer back to the tokens recorded, or drop the cache.
+
+        Layer by layer: the layers that ran hold more than ``held`` tokens and
+        are cut by their own excess; the others are untouched (one relative
+        ``crop`` of the whole cache would cut those too, and transformers 5
+        refuses an absolute one). Unless every layer then holds exactly
+        ``held`` tokens (a sliding window, an unknown cache type), the cache
+        is dropped: rebuilt on the next call, slower but still exact.
+        """
+        held = len(self._cached)
+        layers = getattr(self._cache, "layers", None)
+        try:
+            if held == 0 or not layers:
+                raise LookupError("no per-layer cache to cut back")
+            for layer in layers:
+                excess = int(layer.get_seq_length()) - held
+                if excess > 0:
+                    layer.crop(-excess)
+            if any(int(layer.get_seq_length()) != held for layer in layers):
+                raise LookupError("a layer did not land on the recorded length")
+        except Exception:
+            self._drop_cache(rebuild=self._cache is not None)
 
     def _drop_cache(self, rebuild: bool = False) -> None:
         self._cache = None

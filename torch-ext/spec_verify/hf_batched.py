@@ -329,9 +329,16 @@ class HFBatchedCausalLM:
             positions = start + (torch.arange(width) if lengths is None else (columns - (width - real)).clamp(min=0))
             model_kwargs.update(attention_mask=mask.to(self._device), position_ids=positions.to(self._device))
         # inference_mode, not no_grad: no autograd bookkeeping at all (~10 % of a small model's forward).
-        with torch.inference_mode():
-            out = self.model(input_ids=ids.to(self._device), past_key_values=self._cache, use_cache=True,
-                             **model_kwargs)
+        try:
+            with torch.inference_mode():
+                out = self.model(input_ids=ids.to(self._device), past_key_values=self._cache, use_cache=True,
+                                 **model_kwargs)
+        except BaseException:
+            # A forward that raised part-way (Ctrl-C, out of memory, a fault in
+            # a layer) has extended some layers of the cache and not our
+            # books: drop it, so the next call feeds every row afresh (exact).
+            self._drop_cache(rebuild=self._cache is not None)
+            raise
         self._cache, self._mask = out.past_key_values, mask
         for b, row in enumerate(self._rows):
             count = width if lengths is None else lengths[b]

@@ -33,6 +33,8 @@ import math
 
 import torch
 
+from ._checks import check_has_values
+
 __all__ = [
     "acceptance_rates",
     "accepted_length_pmf",
@@ -40,6 +42,8 @@ __all__ = [
     "accepted_length_variance",
     "emitted_token_law",
     "joint_law",
+    "block_joint_law",
+    "expected_accepted_block",
 ]
 
 
@@ -60,6 +64,7 @@ def _as_float64_rows(name: str, probs: torch.Tensor) -> torch.Tensor:
         )
     if probs.shape[-1] < 1:
         raise ValueError(f"{name} must have a vocabulary of at least one token, got shape {tuple(probs.shape)}")
+    check_has_values(**{name: probs})
     rows = probs.detach().to(device="cpu", dtype=torch.float64)
     bad = ~(torch.isfinite(rows) & (rows >= 0))
     if bool(bad.any()):
@@ -104,6 +109,7 @@ def _check_alpha(alpha) -> torch.Tensor:
     if isinstance(alpha, torch.Tensor):
         if not alpha.dtype.is_floating_point:
             raise TypeError(f"alpha must be a floating-point tensor, got {alpha.dtype}")
+        check_has_values(alpha=alpha)
         a = alpha.detach().to(device="cpu", dtype=torch.float64)
     elif isinstance(alpha, (list, tuple)):
         try:
@@ -365,3 +371,141 @@ def joint_law(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Te
     rows = emitted_token_law(target_probs, draft_probs)
     pmf = accepted_length_pmf(acceptance_rates(target_probs, draft_probs))
     return pmf.unsqueeze(-1) * rows
+
+
+# ----------------------------------------------------------------------------
+# Block verification (Sun et al. 2024; DESIGN.md, "Block verification")
+# ----------------------------------------------------------------------------
+
+# Enumerated paths above this many raise: the law is for small cases.
+_BLOCK_MAX_PATHS = 1 << 20
+
+
+def _ratio_atoms(target_row: torch.Tensor, draft_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The law of ``p(t)/q(t)`` for ``t ~ q``: distinct ratios ``[A]`` and their masses ``[A]``.
+
+    Ratios within 1e-12 relative of their group's smallest are one atom: rows
+    built as exact multiples of each other (``q = c * p`` on a group of tokens)
+    give one ratio per group, up to the rounding of the normalizing division.
+    """
+    support = draft_row > 0
+    raw, order = torch.sort(target_row[support] / draft_row[support])
+    new_group = torch.ones_like(raw, dtype=torch.bool)
+    new_group[1:] = raw[1:] - raw[:-1] > 1e-12 * raw[1:]
+    inverse = torch.cumsum(new_group.long(), 0) - 1
+    ratios = raw[new_group]
+    mass = torch.zeros_like(ratios).scatter_add_(0, inverse, draft_row[support][order])
+    return ratios, mass
+
+
+def _block_weights(target: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every path of ``(p_1 .. p_K)``: ``weights [N, K+1]`` (``p_0 = 1`` first) and path masses ``[N]``.
+
+    ``p_{i+1} = min(1, p_i * p_i(t_i)/q_i(t_i))`` depends on the draft tokens only
+    through their ratios, so tokens of equal ratio are one path.
+    """
+    weights = torch.ones(1, 1, dtype=torch.float64)
+    mass = torch.ones(1, dtype=torch.float64)
+    for i in range(draft.shape[0]):
+        ratios, atom_mass = _ratio_atoms(target[i], draft[i])
+        if weights.shape[0] * ratios.numel() > _BLOCK_MAX_PATHS:
+            raise ValueError(
+                f"the block law enumerates every path of ratios: {weights.shape[0] * ratios.numel()} paths "
+                f"at position {i} exceed {_BLOCK_MAX_PATHS}; use fewer distinct ratios p/q or a smaller K"
+            )
+        step = torch.clamp(weights[:, -1:] * ratios.unsqueeze(0), max=1.0).reshape(-1, 1)
+        weights = torch.cat([weights.repeat_interleave(ratios.numel(), 0), step], dim=1)
+        mass = (mass.unsqueeze(1) * atom_mass.unsqueeze(0)).reshape(-1)
+    return weights, mass
+
+
+def block_joint_law(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """Joint law ``P(n_accepted = j, next_token = x)`` of block verification.
+
+    Each draft token ``t_i`` is drawn from ``q_i`` (rows fixed per position,
+    as in the conformance harness). With ``p_0 = 1``,
+    ``p_{i+1} = min(1, p_i * p_i(t_i)/q_i(t_i))``, ``h_K = p_K`` and
+    ``h_i = r_i / (r_i + 1 - p_i)`` (``r_i = sum_x max(0, p_i p_i(x) - q_i(x))``;
+    ``h_i = 0`` when both vanish), ``P(n = j | path) = h_j prod_{i > j} (1 - h_i)``
+    with ``h_0 = 1``; the next token is ``norm(max(0, p_j p_j - q_j))`` (``p_j``
+    when that is empty) for ``j < K``, ``p_K`` for ``j = K``. Computed by
+    enumerating every path of ratios (a ``ValueError`` past 2^20 paths).
+
+    Parameters
+    ----------
+    target_probs : torch.Tensor
+        ``[K+1, V]`` (rows normalized by their float64 sums).
+    draft_probs : torch.Tensor
+        ``[K, V]``.
+
+    Returns
+    -------
+    torch.Tensor
+        float64 ``[K+1, V]`` summing to 1.
+
+    Examples
+    --------
+    >>> import torch
+    >>> target = torch.tensor([[1., 2.], [1., 2.], [1., 2.]])   # the paper's example
+    >>> draft = torch.tensor([[2., 1.], [2., 1.]])
+    >>> round(float((block_joint_law(target, draft).sum(-1) * torch.arange(3)).sum() * 9), 10)
+    11.0
+    """
+    target, draft = _pair(target_probs, draft_probs)
+    k = draft.shape[-2]
+    if target.dim() != 2 or target.shape[0] != k + 1:
+        raise ValueError(f"target_probs must have shape [K+1, V] = [{k + 1}, V], got {list(target.shape)}")
+    weights, mass = _block_weights(target, draft)
+    n_paths, vocab = weights.shape[0], target.shape[1]
+    h = torch.zeros(n_paths, k + 1, dtype=torch.float64)
+    h[:, 0] = 1.0
+    residuals = []
+    for i in range(k + 1):
+        w = weights[:, i : i + 1]
+        if i == k:
+            h[:, k] = w.squeeze(1)
+            residuals.append(target[k].expand(n_paths, vocab))
+            continue
+        r = torch.clamp(w * target[i] - draft[i], min=0.0)
+        total = r.sum(-1)
+        if i > 0:
+            denominator = total + 1.0 - w.squeeze(1)
+            h[:, i] = torch.where(denominator > 0, total / denominator.clamp_min(math.ulp(0.0)), 0.0)
+        residuals.append(torch.where(total.unsqueeze(1) > 0, r / total.clamp_min(math.ulp(0.0)).unsqueeze(1), target[i]))
+    # P(n = j | path) = h_j * prod_{i > j} (1 - h_i)
+    above = torch.ones(n_paths, dtype=torch.float64)
+    joint = torch.zeros(k + 1, vocab, dtype=torch.float64)
+    for j in range(k, -1, -1):
+        p_end = mass * h[:, j] * above
+        joint[j] = (p_end.unsqueeze(1) * residuals[j]).sum(0)
+        above = above * (1.0 - h[:, j])
+    return joint
+
+
+def expected_accepted_block(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> float:
+    """``E[n_accepted]`` under block verification: the mean of :func:`block_joint_law`.
+
+    At least ``expected_accepted(acceptance_rates(target_probs, draft_probs))``
+    on every pair (Sun et al. 2024, Theorem 2).
+
+    Parameters
+    ----------
+    target_probs : torch.Tensor
+        ``[K+1, V]``.
+    draft_probs : torch.Tensor
+        ``[K, V]``.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import torch
+    >>> target = torch.tensor([[1., 2.], [1., 2.], [1., 2.]])
+    >>> draft = torch.tensor([[2., 1.], [2., 1.]])
+    >>> round(expected_accepted_block(target, draft) * 9, 10)   # token-wise: 10/9
+    11.0
+    """
+    pmf = block_joint_law(target_probs, draft_probs).sum(-1)
+    return float((pmf * torch.arange(pmf.numel(), dtype=torch.float64)).sum())

@@ -12,20 +12,11 @@ from __future__ import annotations
 import torch
 
 from . import reference
+from ._checks import check_flag, check_generator, warp_scalars
 from ._dispatch import eager, runs_in_cpp
 from ._ops import ops
 
 __all__ = ["verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
-
-
-def _warp_args(temperature, top_k, top_p, min_p) -> tuple[float, int, float, float]:
-    # Types here (cheaply); values are checked by the op, which names the rule.
-    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if not isinstance(top_k, int) or isinstance(top_k, bool):
-        raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
-    return float(temperature), top_k, float(top_p), float(min_p)
 
 
 def verify_logits(
@@ -39,6 +30,7 @@ def verify_logits(
     min_p: float = 0.0,
     generator: torch.Generator | None = None,
     uniforms: torch.Tensor | None = None,
+    method: str = "token",
 ) -> tuple[int, int]:
     """Speculative sampling from raw logits, warped identically for draft and target.
 
@@ -86,6 +78,10 @@ def verify_logits(
         ``[K+1]`` float64 in ``[0, 1)``: ``uniforms[i]`` decides draft token
         ``i``, ``uniforms[K]`` drives the final draw. Validated even at
         temperature 0, where it is not used.
+    method : {"token", "block"}, default "token"
+        ``"token"``: token-wise rejection sampling (``verify_sampled``);
+        ``"block"``: block verification (``verify_block``) on the same warped
+        weights and uniforms. Ignored at temperature 0 (greedy).
 
     Returns
     -------
@@ -131,16 +127,20 @@ def verify_logits(
     ...
     ValueError: draft_tokens[0] = 2 is outside the support of the warped draft distribution ...
     """
-    temperature, top_k, top_p, min_p = _warp_args(temperature, top_k, top_p, min_p)
+    # Types here (cheaply; the schema's own errors name no argument); values in the op.
+    temperature, top_k, top_p, min_p = warp_scalars(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    block = reference._check_method(method)
     if runs_in_cpp(target_logits, draft_logits, draft_tokens, uniforms):
-        args = (target_logits, draft_logits, draft_tokens, temperature, top_k, top_p, min_p, uniforms, generator)
+        args = (target_logits, draft_logits, draft_tokens, temperature, top_k, top_p, min_p, uniforms, generator,
+                block)
         if eager():
             return ops.verify_logits_ints(*args)
         n_accepted, next_token = ops.verify_logits(*args).tolist()
         return n_accepted, next_token
     return reference.verify_logits(
         target_logits, draft_logits, draft_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        min_p=min_p, generator=generator, uniforms=uniforms,
+        min_p=min_p, generator=generator, uniforms=uniforms, method=method,
     )
 
 
@@ -156,6 +156,7 @@ def verify_logits_batched(
     min_p: float = 0.0,
     generator: torch.Generator | None = None,
     uniforms: torch.Tensor | None = None,
+    method: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``verify_logits`` for B sequences at once, with ragged draft lengths.
 
@@ -181,6 +182,9 @@ def verify_logits_batched(
         ``uniforms[b, :k_b]`` for its tests and ``uniforms[b, k_b]`` for its
         final draw.
 
+    method : {"token", "block"}, default "token"
+        As in ``verify_logits``.
+
     Returns
     -------
     tuple[torch.Tensor, torch.Tensor]
@@ -198,21 +202,24 @@ def verify_logits_batched(
     >>> n.tolist(), nxt.tolist()
     ([1, 0], [2, 0])
     """
-    temperature, top_k, top_p, min_p = _warp_args(temperature, top_k, top_p, min_p)
+    # Types here (cheaply; the schema's own errors name no argument); values in the op.
+    temperature, top_k, top_p, min_p = warp_scalars(temperature, top_k, top_p, min_p)
+    check_generator(generator)
     if runs_in_cpp(target_logits, draft_logits, draft_tokens, num_draft_tokens, uniforms):
         return ops.verify_logits_batched(
             target_logits, draft_logits, draft_tokens, num_draft_tokens, temperature, top_k, top_p, min_p,
-            uniforms, generator,
+            uniforms, generator, reference._check_method(method),
         )
     return reference.verify_logits_batched(
         target_logits, draft_logits, draft_tokens, num_draft_tokens, temperature=temperature, top_k=top_k,
-        top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms,
+        top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms, method=method,
     )
 
 
 def _as_rows(logits):
-    # [..., V] -> [N, V] for the 2-D ops; None routes the call to the reference.
-    if not isinstance(logits, torch.Tensor) or logits.dim() < 1 or not logits.is_cpu:
+    # [..., V] -> [N, V] for the 2-D ops; None routes the call to the reference
+    # (which names the argument for a non-tensor, a 0-d tensor or V = 0).
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 1 or logits.shape[-1] == 0 or not logits.is_cpu:
         return None
     return logits.reshape(-1, logits.shape[-1])
 
@@ -281,7 +288,9 @@ def sample_draft(
     >>> sample_draft(logits[0], temperature=0)
     tensor(0)
     """
-    temperature, top_k, top_p, min_p = _warp_args(temperature, top_k, top_p, min_p)
+    temperature, top_k, top_p, min_p = warp_scalars(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    check_flag("return_probs", return_probs)
     rows = _as_rows(draft_logits)
     if rows is not None and runs_in_cpp(uniforms):
         flat_uniforms = None if uniforms is None else uniforms.reshape(-1)
@@ -334,7 +343,8 @@ def warp_probs(
     >>> warp_probs(torch.tensor([2.0, 1.0, 0.0, 0.0]), top_p=0.8, normalize=False)
     tensor([1.0000, 0.3679, 0.0000, 0.0000])
     """
-    temperature, top_k, top_p, min_p = _warp_args(temperature, top_k, top_p, min_p)
+    temperature, top_k, top_p, min_p = warp_scalars(temperature, top_k, top_p, min_p)
+    check_flag("normalize", normalize)
     rows = _as_rows(logits)
     if rows is None:
         return reference.warp_probs(logits, temperature, top_k, top_p, min_p, normalize)

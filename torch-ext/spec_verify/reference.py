@@ -28,11 +28,15 @@ from __future__ import annotations
 import torch
 
 from ._checks import (
+    check_flag,
+    check_generator,
+    check_has_values,
     check_rows_tensor,
     check_sequences,
     check_uniforms,
     check_vocab,
     checked_argmax,
+    warp_scalars,
     where,
 )
 from .warping import Warp, check_warp, warp_row, warp_weights
@@ -42,6 +46,8 @@ __all__ = [
     "verify_sampled",
     "verify_greedy_batched",
     "verify_sampled_batched",
+    "verify_block",
+    "verify_block_batched",
     "verify_logits",
     "verify_logits_batched",
     "sample_draft",
@@ -92,6 +98,14 @@ def _draw_correction(p, q, p_mass, q_mass, u: float) -> int:
     # Fallback: the residual rounded to zero everywhere (p equals q to within
     # rounding), so the target row itself is the residual's law.
     return inverse_cdf(p, u)
+
+
+def _checked_warp(generator, temperature, top_k, top_p, min_p) -> Warp:
+    # The wrappers' order, so both paths name the same argument first: the
+    # warping's types, the generator, then the warping's values (in the op).
+    scalars = warp_scalars(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    return check_warp(*scalars)
 
 
 def _draw_uniforms(count: int, generator: torch.Generator | None) -> torch.Tensor:
@@ -237,6 +251,67 @@ def sampled_sequence(rows, tokens: list[int], u: list[float]) -> tuple[int, int]
     return k, inverse_cdf(p, u_final)
 
 
+# Block verification (Sun et al. 2024, Algorithm 2; DESIGN.md, "Block").
+# p_0 = 1, p_{i+1} = min(1, p_i * (p_i(t_i) / P_i) / (q_i(t_i) / Q_i)); the block
+# ends at the largest i in [1, K] whose weight h_i beats u_{i-1} (else 0):
+# h_K = p_K; for i < K, h_i = r_i / (r_i + 1 - p_i) with r_i the mass of
+# max(0, p_i * p_i(x)/P_i - q_i(x)/Q_i). Every product below is written in the
+# C++'s order (csrc/decide.h, block_sequence), so both paths decide alike.
+
+
+def block_ratio_step(weight: float, p_t: float, q_t: float, p_mass: float, q_mass: float) -> float:
+    """``min(1, weight * (p(t)/P) / (q(t)/Q))`` as ``weight * ((p(t)*Q) / (q(t)*P))``."""
+    step = weight * ((p_t * q_mass) / (q_t * p_mass))
+    return step if step < 1.0 else 1.0
+
+
+def block_stops(u: float, weight: float, residual_total: float, p_mass: float, q_mass: float) -> bool:
+    """``u < h = r / (r + 1 - weight)`` multiplied out by ``P * Q`` (``residual_total = r * P * Q``)."""
+    return u * (residual_total + ((1.0 - weight) * p_mass) * q_mass) < residual_total
+
+
+def block_sequence(rows, tokens: list[int], u: list[float]) -> tuple[int, int]:
+    """``(n_accepted, next_token)`` by block verification with ``len(tokens) + 1`` uniforms.
+
+    Lazy: rows past the first ``i`` with ``p_i = 0`` are never read (no later
+    position can end the block). Scanning down from K, the first ``i`` whose
+    test passes is the accepted length; the residual at ``i`` is computed only
+    when ``u_{i-1} < p_i`` (``h_i <= p_i``, so otherwise the test fails).
+    """
+    k = len(tokens)
+    u_final = float(u[k])
+    weights, masses = [1.0], []
+    for i, token in enumerate(tokens):
+        p, p_mass = rows.target_row(i)
+        q, q_mass = rows.draft_row(i)
+        p_t, q_t = float(p[token]), float(q[token])
+        if q_t == 0.0:
+            raise rows.unsampled(i, token)
+        masses.append((p_mass, q_mass))
+        weights.append(block_ratio_step(weights[-1], p_t, q_t, p_mass, q_mass))
+        if weights[-1] == 0.0:
+            break
+    reached = len(weights) - 1
+    if reached == k and k > 0 and float(u[k - 1]) < weights[k]:
+        return k, inverse_cdf(rows.target_row(k)[0], u_final)
+    if k == 0:
+        return 0, inverse_cdf(rows.target_row(0)[0], u_final)
+    for i in range(min(reached, k - 1), -1, -1):
+        w = weights[i]
+        if i > 0 and not float(u[i - 1]) < w:
+            continue
+        p, p_mass = rows.target_row(i)
+        q, _ = rows.draft_row(i)
+        q_mass = masses[i][1]
+        r = residual(p, q, p_mass, w * q_mass)
+        total = float(r.sum())
+        if i == 0 or block_stops(float(u[i - 1]), w, total, p_mass, q_mass):
+            if total > 0.0:
+                return i, inverse_cdf(r, u_final)
+            return i, inverse_cdf(p, u_final)  # i = 0 only: the residual rounded to zero (p equals q)
+    raise AssertionError("unreachable: i = 0 always ends the block")
+
+
 def _run_batch(shape, decide) -> tuple[torch.Tensor, torch.Tensor]:
     n_acc = torch.empty(shape.batch, dtype=torch.int64)
     nxt = torch.empty(shape.batch, dtype=torch.int64)
@@ -250,6 +325,25 @@ def _run_batch(shape, decide) -> tuple[torch.Tensor, torch.Tensor]:
 # ----------------------------------------------------------------------------
 
 
+def _sampled_probs(sequence, target_probs, draft_probs, draft_tokens, generator, uniforms) -> tuple[int, int]:
+    """One sequence decided by ``sequence`` (token-wise or block) with K+1 uniforms."""
+    check_generator(generator)
+    shape = check_sequences(target_probs, draft_probs, draft_tokens, batched=False,
+                            target_name="target_probs", draft_name="draft_probs")
+    u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=True)
+    return sequence(ProbRows(target_probs, draft_probs), draft_tokens.tolist(), u.tolist())
+
+
+def _sampled_probs_batched(sequence, target_probs, draft_probs, draft_tokens, num_draft_tokens, generator, uniforms):
+    """B sequences decided by ``sequence``; sequence b uses u[b, :k_b] for its tests and u[b, k_b] to draw."""
+    check_generator(generator)
+    shape = check_sequences(target_probs, draft_probs, draft_tokens, num_draft_tokens, batched=True,
+                            target_name="target_probs", draft_name="draft_probs")
+    u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=True)
+    return _run_batch(shape, lambda b, kb: sequence(
+        ProbRows(target_probs[b], draft_probs[b], (b,)), draft_tokens[b, :kb].tolist(), u[b, : kb + 1].tolist()))
+
+
 def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
     """Reference ``spec_verify.verify_greedy``."""
     check_sequences(target_probs, None, draft_tokens, batched=False, target_name="target_probs", draft_name=None)
@@ -258,10 +352,7 @@ def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tup
 
 def verify_sampled(target_probs, draft_probs, draft_tokens, *, generator=None, uniforms=None) -> tuple[int, int]:
     """Reference ``spec_verify.verify_sampled``."""
-    shape = check_sequences(target_probs, draft_probs, draft_tokens, batched=False,
-                            target_name="target_probs", draft_name="draft_probs")
-    u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=True)
-    return sampled_sequence(ProbRows(target_probs, draft_probs), draft_tokens.tolist(), u.tolist())
+    return _sampled_probs(sampled_sequence, target_probs, draft_probs, draft_tokens, generator, uniforms)
 
 
 def verify_greedy_batched(target_probs, draft_tokens, num_draft_tokens=None):
@@ -275,12 +366,20 @@ def verify_greedy_batched(target_probs, draft_tokens, num_draft_tokens=None):
 def verify_sampled_batched(target_probs, draft_probs, draft_tokens, num_draft_tokens=None, *,
                            generator=None, uniforms=None):
     """Reference ``spec_verify.verify_sampled_batched``."""
-    shape = check_sequences(target_probs, draft_probs, draft_tokens, num_draft_tokens, batched=True,
-                            target_name="target_probs", draft_name="draft_probs")
-    u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=True)
-    # Sequence b uses u[b, :k_b] for its tests and u[b, k_b] for its final draw.
-    return _run_batch(shape, lambda b, kb: sampled_sequence(
-        ProbRows(target_probs[b], draft_probs[b], (b,)), draft_tokens[b, :kb].tolist(), u[b, : kb + 1].tolist()))
+    return _sampled_probs_batched(sampled_sequence, target_probs, draft_probs, draft_tokens, num_draft_tokens,
+                                  generator, uniforms)
+
+
+def verify_block(target_probs, draft_probs, draft_tokens, *, generator=None, uniforms=None) -> tuple[int, int]:
+    """Reference ``spec_verify.verify_block``."""
+    return _sampled_probs(block_sequence, target_probs, draft_probs, draft_tokens, generator, uniforms)
+
+
+def verify_block_batched(target_probs, draft_probs, draft_tokens, num_draft_tokens=None, *,
+                         generator=None, uniforms=None):
+    """Reference ``spec_verify.verify_block_batched``."""
+    return _sampled_probs_batched(block_sequence, target_probs, draft_probs, draft_tokens, num_draft_tokens,
+                                  generator, uniforms)
 
 
 # ----------------------------------------------------------------------------
@@ -288,34 +387,44 @@ def verify_sampled_batched(target_probs, draft_probs, draft_tokens, num_draft_to
 # ----------------------------------------------------------------------------
 
 
-def _logits_sequence(rows: WarpedRows, tokens: list[int], u) -> tuple[int, int]:
+def _check_method(method) -> bool:
+    """True for block verification; the one check of ``method`` on the reference path."""
+    if method not in ("token", "block"):
+        raise ValueError(f'method must be "token" or "block", got {method!r}')
+    return method == "block"
+
+
+def _logits_sequence(rows: WarpedRows, tokens: list[int], u, block: bool = False) -> tuple[int, int]:
     if rows.warp.greedy:
         return greedy_sequence(rows, tokens)
-    return sampled_sequence(rows, tokens, u)
+    return (block_sequence if block else sampled_sequence)(rows, tokens, u)
 
 
 def verify_logits(target_logits, draft_logits, draft_tokens, *, temperature=1.0, top_k=0, top_p=1.0,
-                  min_p=0.0, generator=None, uniforms=None) -> tuple[int, int]:
+                  min_p=0.0, generator=None, uniforms=None, method="token") -> tuple[int, int]:
     """Reference ``spec_verify.verify_logits``."""
-    warp = check_warp(temperature, top_k, top_p, min_p)
+    warp = _checked_warp(generator, temperature, top_k, top_p, min_p)
+    block = _check_method(method)
     shape = check_sequences(target_logits, draft_logits, draft_tokens, batched=False,
                             target_name="target_logits", draft_name="draft_logits")
     u = _take_uniforms(uniforms, generator, (shape.k + 1,), draw=not warp.greedy)
     return _logits_sequence(WarpedRows(target_logits, draft_logits, warp), draft_tokens.tolist(),
-                            None if u is None else u.tolist())
+                            None if u is None else u.tolist(), block)
 
 
 def verify_logits_batched(target_logits, draft_logits, draft_tokens, num_draft_tokens=None, *,
-                          temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None):
+                          temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None,
+                          method="token"):
     """Reference ``spec_verify.verify_logits_batched``."""
-    warp = check_warp(temperature, top_k, top_p, min_p)
+    warp = _checked_warp(generator, temperature, top_k, top_p, min_p)
+    block = _check_method(method)
     shape = check_sequences(target_logits, draft_logits, draft_tokens, num_draft_tokens, batched=True,
                             target_name="target_logits", draft_name="draft_logits")
     u = _take_uniforms(uniforms, generator, (shape.batch, shape.k + 1), draw=not warp.greedy,
                        what="B rows of one per draft token plus one for the final draw")
     return _run_batch(shape, lambda b, kb: _logits_sequence(
         WarpedRows(target_logits[b], draft_logits[b], warp, (b,)), draft_tokens[b, :kb].tolist(),
-        None if u is None else u[b, : kb + 1].tolist()))
+        None if u is None else u[b, : kb + 1].tolist(), block))
 
 
 def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,
@@ -326,9 +435,10 @@ def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0
     inverse CDF over its warped weights: the smallest id whose cumulative
     weight exceeds ``u * total``. Temperature 0: the argmax, no uniform used.
     """
-    warp = check_warp(temperature, top_k, top_p, min_p)
+    warp = _checked_warp(generator, temperature, top_k, top_p, min_p)
     check_rows_tensor("draft_logits", draft_logits, None)
     check_vocab("draft_logits", draft_logits.shape[-1] if draft_logits.dim() >= 1 else 0)
+    check_has_values(draft_logits=draft_logits)
     rows = draft_logits.reshape(-1, draft_logits.shape[-1])
     count = rows.shape[0]
     if isinstance(uniforms, torch.Tensor):
@@ -346,6 +456,9 @@ def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0
 def warp_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, normalize=True) -> torch.Tensor:
     """Reference ``spec_verify.warp_probs``: the warped weights, divided by their
     float64 sum (rounded once to float32) when ``normalize``."""
+    scalars = warp_scalars(temperature, top_k, top_p, min_p)
+    check_flag("normalize", normalize)
+    check_warp(*scalars)
     weights = warp_weights(logits, temperature, top_k, top_p, min_p)
     if not normalize:
         return weights

@@ -11,10 +11,19 @@ from __future__ import annotations
 import torch
 
 from . import reference
+from ._checks import check_generator
 from ._dispatch import eager, runs_in_cpp
 from ._ops import ops
 
-__all__ = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched", "build_info"]
+__all__ = [
+    "verify_greedy",
+    "verify_sampled",
+    "verify_greedy_batched",
+    "verify_sampled_batched",
+    "verify_block",
+    "verify_block_batched",
+    "build_info",
+]
 
 
 def verify_greedy(target_probs: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
@@ -138,6 +147,7 @@ def verify_sampled(
     ...                uniforms=torch.tensor([0.3, 0.75], dtype=torch.float64))
     (1, 1)
     """
+    check_generator(generator)  # the schema's own error names no argument
     if runs_in_cpp(target_probs, draft_probs, draft_tokens, uniforms):
         if eager():
             return ops.verify_sampled_ints(target_probs, draft_probs, draft_tokens, uniforms, generator)
@@ -237,6 +247,7 @@ def verify_sampled_batched(
     >>> n.tolist(), nxt.tolist()
     ([1], [1])
     """
+    check_generator(generator)
     if runs_in_cpp(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms):
         return ops.verify_sampled_batched(
             target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms, generator
@@ -248,6 +259,118 @@ def verify_sampled_batched(
         num_draft_tokens,
         generator=generator,
         uniforms=uniforms,
+    )
+
+
+def verify_block(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[int, int]:
+    """Block verification (Sun et al. 2024, Algorithm 2): the K draft tokens judged jointly.
+
+    With ``p_0 = 1`` and ``p_{i+1} = min(1, p_i * p_i(t_i) / q_i(t_i))`` (rows
+    normalized by their float64 sums), ``h_K = p_K`` and, for ``0 < i < K``,
+    ``h_i = r_i / (r_i + 1 - p_i)`` with ``r_i = sum_x max(0, p_i * p_i(x) - q_i(x))``:
+    the accepted length is the largest ``i`` with ``uniforms[i-1] < h_i``
+    (0 if none). After a full acceptance the bonus token is drawn from
+    ``p_K``; otherwise the correction token from ``norm(max(0, p_n * p_n - q_n))``
+    at the accepted length ``n``. The emitted tokens are distributed exactly as
+    sampling from the target, and the expected number accepted is never below
+    ``verify_sampled``'s (DESIGN.md, "Block verification").
+
+    Parameters
+    ----------
+    target_probs : torch.Tensor
+        ``[K+1, V]``, float32, float16 or bfloat16; the rules of ``verify_sampled``.
+    draft_probs : torch.Tensor
+        ``[K, V]``, same dtype; the distribution the draft tokens were drawn from.
+    draft_tokens : torch.Tensor
+        ``[K]``, int64 or int32, in ``[0, V)``, with ``draft_probs[i, t_i] > 0``.
+    generator : torch.Generator, optional
+        Source of the ``K+1`` uniforms, as in ``verify_sampled``.
+    uniforms : torch.Tensor, optional
+        ``[K+1]`` float64 in ``[0, 1)``: ``uniforms[i]`` is the test of the block
+        ending after draft token ``i``; ``uniforms[K]`` drives the final draw.
+
+    Returns
+    -------
+    tuple[int, int]
+        ``(n_accepted, next_token)``.
+
+    Notes
+    -----
+    Rows past the first draft token with ``p_i(t_i) = 0`` are never read
+    (every later ``h`` is 0). Every row before it is weighed (its mass), so a
+    bad entry there raises even when the block ends early. A residual pass is
+    made only where ``uniforms[i-1] < p_i`` (``h_i <= p_i``).
+
+    Raises
+    ------
+    TypeError, ValueError, IndexError
+        as ``verify_sampled``, with the same messages.
+
+    Examples
+    --------
+    >>> import torch
+    >>> # The paper's example: p = (1/3, 2/3), q = (2/3, 1/3) at every position.
+    >>> target = torch.tensor([[1., 2.], [1., 2.], [1., 2.]])
+    >>> draft = torch.tensor([[2., 1.], [2., 1.]])
+    >>> # Tokens (0, 1): p_1 = 1/2, p_2 = 1 = h_2, so the block is kept whole.
+    >>> verify_block(target, draft, torch.tensor([0, 1]),
+    ...              uniforms=torch.tensor([0.9, 0.9, 0.5], dtype=torch.float64))
+    (2, 1)
+    """
+    check_generator(generator)  # the schema's own error names no argument
+    if runs_in_cpp(target_probs, draft_probs, draft_tokens, uniforms):
+        if eager():
+            return ops.verify_block_ints(target_probs, draft_probs, draft_tokens, uniforms, generator)
+        n_accepted, next_token = ops.verify_block(target_probs, draft_probs, draft_tokens, uniforms, generator).tolist()
+        return n_accepted, next_token
+    return reference.verify_block(target_probs, draft_probs, draft_tokens, generator=generator, uniforms=uniforms)
+
+
+def verify_block_batched(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    num_draft_tokens: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification for B sequences at once, with ragged draft lengths.
+
+    Parameters
+    ----------
+    target_probs, draft_probs, draft_tokens, num_draft_tokens, generator, uniforms
+        ``[B, K+1, V]``, ``[B, K, V]``, ``[B, K]``, ``[B]`` (optional) and
+        ``[B, K+1]`` (optional): exactly as ``verify_sampled_batched``.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        ``n_accepted [B]`` and ``next_token [B]``, int64; entry ``b`` equals
+        ``verify_block`` on its own slice with the same uniforms.
+
+    Examples
+    --------
+    >>> import torch
+    >>> target = torch.tensor([[[1., 2.], [1., 2.], [1., 2.]]])
+    >>> draft = torch.tensor([[[2., 1.], [2., 1.]]])
+    >>> u = torch.tensor([[0.9, 0.9, 0.5]], dtype=torch.float64)
+    >>> n, nxt = verify_block_batched(target, draft, torch.tensor([[0, 1]]), uniforms=u)
+    >>> n.tolist(), nxt.tolist()
+    ([2], [1])
+    """
+    check_generator(generator)
+    if runs_in_cpp(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms):
+        return ops.verify_block_batched(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms, generator)
+    return reference.verify_block_batched(
+        target_probs, draft_probs, draft_tokens, num_draft_tokens, generator=generator, uniforms=uniforms
     )
 
 

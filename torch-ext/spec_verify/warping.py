@@ -67,13 +67,14 @@ then differ only when ``tau`` or a uniform lands within float64 rounding
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
 from typing import NamedTuple
 
-from ._checks import check_rows_tensor, check_vocab, checked_argmax, where
+from ._checks import (
+    check_has_values, check_rows_tensor, check_vocab, check_warp_values, checked_argmax, warp_scalars, where,
+)
 
 __all__ = ["exp_sv", "Warp", "check_warp", "warp_row", "warp_weights"]
 
@@ -133,10 +134,6 @@ def exp_sv(z: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------
 
 
-def is_real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 class Warp(NamedTuple):
     """The warping arguments, checked, in the form the row pass uses."""
 
@@ -149,14 +146,8 @@ class Warp(NamedTuple):
 
 def check_warp(temperature, top_k, top_p, min_p) -> Warp:
     """Validate the warping arguments (the C++ rules and wording)."""
-    if not is_real(temperature) or not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {temperature!r}")
-    if not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k!r}")
-    if not is_real(top_p) or not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must lie in (0, 1] (1 = off), got {top_p!r}")
-    if not is_real(min_p) or not 0.0 <= min_p < 1.0:
-        raise ValueError(f"min_p must lie in [0, 1) (0 = off), got {min_p!r}")
+    temperature, top_k, top_p, min_p = warp_scalars(temperature, top_k, top_p, min_p)
+    check_warp_values(temperature, top_k, top_p, min_p)
     greedy = temperature == 0
     scale = 0.0
     if not greedy:
@@ -226,6 +217,7 @@ def warp_weights(
     warp = check_warp(temperature, top_k, top_p, min_p)
     check_rows_tensor("logits", logits, None)
     check_vocab("logits", logits.shape[-1] if logits.dim() >= 1 else 0)
+    check_has_values(logits=logits)
     rows = logits.reshape(-1, logits.shape[-1])
     out = torch.zeros(rows.shape, dtype=torch.float32, device=logits.device)
     for j in range(rows.shape[0]):
