@@ -30,6 +30,10 @@ import torch
 
 from tests.decode_tables import ALPHA, TABLE_V, LogitTables, Tables, merge_small_cells
 
+# One torch thread: the results do not depend on it, and on a shared 2-core
+# machine a batched op's second thread can cost milliseconds to wake.
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PROMPTS = [[0], [1, 2], [2, 0, 1]]  # different lengths: left padding inside the adapter
 LENGTH = 3  # new tokens: 27 continuations per sequence
 K = 2
