@@ -1,10 +1,14 @@
 # spec-verify: every target installs what it needs (venv, pinned torch, build).
-#   make demo   the main job: the seed's experiment on this machine
+#   make demo   the main job: the Pi experiment against the law, then the model pair end to end
 #   make test   the test suite, on the kernel as `kernels` loads it
 #   make bench  speed against naive torch, transformers and the bandwidth floor
 #   make build  compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
 #   make test-aarch64  the tests on aarch64 (NEON) under qemu-user emulation (root)
 #   make test-asan     the tests on an AddressSanitizer + UBSan build (opt-in; slow)
+#   make abi-check     kernel-abi-check (manylinux_2_28, abi3 3.9) on every variant in build/
+#   make release       the four Hub variants (torch 2.12/2.13 x x86_64/aarch64), then abi-check
+#   make test-torch212 the op tests on the torch 2.12 x86_64 variant, in .venv-torch212
+#   make test-release-aarch64  load + smoke test of the torch 2.12/2.13 aarch64 variants under qemu (root)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -48,3 +52,42 @@ test-aarch64: $(STAMP)
 .PHONY: test-asan
 test-asan: $(STAMP)
 	bash tools/test_asan.sh
+
+# kernel-abi-check, in its own venv (a tool, not a project dependency).
+ABI_VENV  := .venv-abi
+ABI_STAMP := $(ABI_VENV)/.installed
+$(ABI_STAMP):
+	$(PYTHON) -m venv $(ABI_VENV)
+	$(ABI_VENV)/bin/python -m pip install --quiet kernel-abi-check==0.14.1
+	touch $(ABI_STAMP)
+
+.PHONY: abi-check release
+abi-check: $(ABI_STAMP)
+	$(ABI_VENV)/bin/python tools/abi_check.py
+
+# Downloads the torch wheels it needs into .cache/wheels/ (git-ignored, ~1.3 GB).
+release: $(STAMP) $(ABI_STAMP)
+	$(PY) tools/release.py
+	$(ABI_VENV)/bin/python tools/abi_check.py
+
+# The op tests on the torch 2.12 x86_64 variant, through `kernels`, in a torch
+# 2.12 venv (tools/torch212/setup.sh: torch's CUDA wheel without triton).
+TORCH212_VENV  := .venv-torch212
+TORCH212_TESTS := tests/test_match_reference.py tests/test_properties.py tests/test_bad_input.py \
+                  tests/test_registration.py tests/test_warping.py tests/test_publishing.py
+$(TORCH212_VENV)/.installed: tools/torch212/requirements.txt tools/torch212/setup.sh
+	PYTHON=$(PYTHON) bash tools/torch212/setup.sh
+
+.PHONY: test-torch212
+test-torch212: $(STAMP) $(TORCH212_VENV)/.installed
+	$(PY) tools/release.py --only 2.12.1-x86_64
+	$(TORCH212_VENV)/bin/python -m pytest $(TORCH212_TESTS)
+
+# The release aarch64 variants (torch 2.12.1, 2.13.0) loaded and smoke-tested
+# under qemu, each under its own torch (tools/aarch64/release_smoke.sh; fails
+# at the install today: PyPI lacks aarch64 wheels torch 2.12.1/2.13.0 pin, README). Needs
+# `make release` and the arm64 root (`make test-aarch64` makes it); root.
+.PHONY: test-release-aarch64
+test-release-aarch64: $(STAMP)
+	bash tools/aarch64/setup.sh
+	bash tools/aarch64/release_smoke.sh

@@ -63,7 +63,7 @@ inline bool accepts(double u, const Weighed& w) {
 // The residual weight after a rejection, r(x) = max(0, t(x) * Q - d(x) * P)
 // (t, d the unnormalized rows, P, Q their float64 masses): max(0, p - q)
 // scaled by P * Q, so no division. See Note [Residual bit-exactness]
-// (DESIGN.md): residual_row() in csrc/cpu/rows.cpp, whose block sums pick the
+// (DESIGN.md): residual_row() in csrc/cpu/rows_impl.h, whose block sums pick the
 // block, evaluates this same expression in this same order (t * Q, then
 // d * P, then the difference, then the clamp at 0), so the block sums and the
 // per-token weights the walk re-reads agree with each other and with the

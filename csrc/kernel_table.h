@@ -86,7 +86,7 @@ struct RowScan {
 
 template <typename scalar_t>
 struct RowOps {
-  // --- rows of probabilities (csrc/cpu/rows.cpp) ---
+  // --- rows of probabilities (csrc/cpu/rows_impl.h) ---
 
   // Index of the maximum of row[0, n), the lowest index on ties (as
   // torch.argmax), comparing in float32. Returns -1 if the row holds a NaN.
@@ -105,7 +105,7 @@ struct RowOps {
   double (*residual)(const scalar_t* target, const scalar_t* draft, int64_t n, double target_mass,
                      double draft_mass, int64_t block, double* block_sums);
 
-  // --- rows of logits, warped (csrc/cpu/warp.cpp) ---
+  // --- rows of logits, warped (csrc/cpu/warp_impl.h) ---
 
   // Max of row[0, n), NaN and +inf flags. If chunk_max is given, also the
   // max of each chunk of `chunk` logits (chunk a multiple of 16).
@@ -149,7 +149,15 @@ struct KernelTable {
   void (*weights_of)(const float* logits, int64_t n, float row_max, float scale, float* out);
 };
 
-// One table per compiled instruction set (csrc/cpu/kernel_table.cpp).
+// Which instruction sets are compiled follows from the target machine alone
+// (csrc/cpu/isa_*.cpp compile to nothing off x86-64), so the C++ needs no
+// build-tool define and kernel-builder's CMake builds the same kernel.
+#if defined(__x86_64__)
+#define SV_HAVE_AVX2 1
+#define SV_HAVE_AVX512 1
+#endif
+
+// One table per compiled instruction set (csrc/cpu/kernel_table_impl.h).
 namespace DEFAULT { const KernelTable& kernel_table(); }
 #if defined(SV_HAVE_AVX2)
 namespace AVX2 { const KernelTable& kernel_table(); }

@@ -1,7 +1,7 @@
 // Warping one row of logits -- temperature, then top-k, then top-p, then
 // min-p, as defined in torch-ext/spec_verify/reference_logits.py -- and
 // drawing from warped rows. The O(V) passes are the RowOps' warping kernels
-// (csrc/cpu/warp.cpp); everything here works on O(k) candidate lists, or on
+// (csrc/cpu/warp_impl.h); everything here works on O(k) candidate lists, or on
 // one bin of the top-p histogram.
 //
 // A warped row is held in one of two forms:

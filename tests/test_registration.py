@@ -35,7 +35,10 @@ def kernel_root(sv):
 def test_get_kernel_with_local_override_in_a_fresh_process(kernel_root):
     script = (
         "import kernels, torch\n"
-        "sv = kernels.get_kernel('phanerozoic/spec-verify', version=1, trust_remote_code=True)\n"
+        # On a CUDA build of torch (PyPI's default on Linux) `kernels` looks for
+        # CUDA variants unless told backend='cpu'; on a CPU build, the default.
+        "backend = 'cpu' if torch.version.cuda else None\n"
+        "sv = kernels.get_kernel('phanerozoic/spec-verify', version=1, trust_remote_code=True, backend=backend)\n"
         "t = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.2, 0.3]])\n"
         "print(sv.verify_greedy(t, torch.tensor([1])), sv.build_info()['isa'])\n"
     )
@@ -48,8 +51,10 @@ def test_get_kernel_with_local_override_in_a_fresh_process(kernel_root):
 def test_variant_folder_and_metadata(sv, kernel_root):
     import platform
 
-    # build/ may also hold a cross-built variant (tools/aarch64): take this machine's.
-    variant = next((kernel_root / "build").glob(f"torch*-cxx11-cpu-{platform.machine()}-linux"))
+    # build/ may also hold other variants (tools/aarch64, make release): take the
+    # one for this machine and the running torch, named as `kernels` names it.
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    variant = kernel_root / "build" / f"torch{major}{minor}-cxx11-cpu-{platform.machine()}-linux"
     metadata = json.loads((variant / "metadata.json").read_text())
     assert metadata["python-depends"] == [] and metadata["backend"] == {"type": "cpu"}
     assert metadata["name"] == "spec-verify" and metadata["version"] == 1

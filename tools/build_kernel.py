@@ -4,28 +4,37 @@ Writes the `kernels` variant folder
 
     build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
         __init__.py, reference.py, ...      the Python package (torch-ext/spec_verify)
-        _ops.py                             binds `ops` to this build's namespace
-        _spec_verify_cpu_<hash>.abi3.so     the C++ ops
-        metadata.json                       what `kernels` 0.17 reads
+        _ops.py                             imports the .so, binds `ops` to its namespace
+        _spec_verify_cpu_<hash>.abi3.so     the C++ ops (a Python module, limited API)
+        metadata.json                       what `kernels` 0.17 reads, digest included
 
 so that `kernels.get_local_kernel(Path("."))` and
 `LOCAL_KERNELS=phanerozoic/spec-verify=$PWD kernels.get_kernel(...)` load it.
 
 What to build comes from build.toml, the one description kernel-builder
-reads too: the kernel's name and version, and the sources (its [torch] and
-[kernel.*] src lists). The .cpp files under csrc/cpu/ are compiled once per
-instruction set (DEFAULT, AVX2, AVX512 on x86-64), each with
--DCPU_CAPABILITY=<ISA> -DCPU_CAPABILITY_<ISA> and that ISA's -m flags, as
-ATen builds its native/cpu/ kernels; every other .cpp is compiled once.
+reads too: the kernel's name and version, and its sections ([torch] and each
+[kernel.*]: sources, include dirs, cxx-flags). Each section's .cpp files are
+compiled with that section's flags on top of what kernel-builder's CMake for
+a CPU kernel gives every file (the template followed is named in README,
+"Publishing to the Hub"): -O3 -DNDEBUG (CMake's Release), -std=c++17, -fPIC,
+-DCPU_KERNEL, -DTORCH_EXTENSION_NAME=<ops name>, -DPy_LIMITED_API (abi3),
+torch's and Python's include paths. The per-ISA code is one small wrapper
+per instruction set (csrc/cpu/isa_*.cpp), each its own section.
 
-Why not setuptools' build_ext: it cannot express flags per file. So we take
-the include paths, the library paths and the C++ ABI from
-torch.utils.cpp_extension and call the compiler ourselves, as ATen's own
-build does.
+Why not CMake or setuptools here: neither is needed to express per-section
+flags for a dozen files, and this way the include paths, library paths and
+C++ ABI can come from another machine's torch (cross builds, below).
 
-The .so talks to torch only through the dispatcher (TORCH_LIBRARY) and never
-to the Python C API, so it is Python-version independent: hence `.abi3.so`,
-loaded with torch.ops.load_library.
+The .so talks to torch through the dispatcher (TORCH_LIBRARY); its one use
+of the Python C API is REGISTER_EXTENSION's module init, under the limited
+API: hence one `.abi3.so`, imported as a module by `_ops.py`, as
+kernel-builder's `_ops.py` does. kernel-builder's registration.h is
+generated into build/gen/ (kernel-builder writes its own next to the
+binding; it never enters git).
+
+glibc: tools/abi/single_threaded.cpp is linked into every build so the .so
+needs nothing newer than GLIBC_2.28 (manylinux_2_28); it says why that is
+sound. `make abi-check` runs kernel-abi-check on the variants.
 
 Cross builds (tools/aarch64/build.sh): `--arch aarch64 --cxx
 aarch64-linux-gnu-g++ --torch-dir <arm64 root>/.../site-packages/torch`
@@ -47,6 +56,8 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import time
 import tomllib
 from pathlib import Path
 
@@ -56,58 +67,80 @@ from torch.utils import cpp_extension
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "torch-ext" / "spec_verify"
 BUILD_TOML = ROOT / "build.toml"
-# The sources compiled once per instruction set live here (as ATen's native/cpu/).
-PER_ISA_DIR = ROOT / "csrc" / "cpu"
+GLIBC_COMPAT = ROOT / "tools" / "abi" / "single_threaded.cpp"
 # Where --sanitize builds (git-ignored): a root of its own, loaded with SPEC_VERIFY_ROOT.
 SANITIZE_ROOT = ROOT / ".cache" / "asan"
+# --sanitize: AddressSanitizer + UBSan on every object (make test-asan). -O1
+# and frame pointers for readable reports; UBSan errors abort (no recovery),
+# so a report cannot scroll by unnoticed.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"]
+# The oldest Python whose stable ABI the .so keeps to (kernel-abi-check --python-abi).
+PYTHON_ABI = (3, 9)
+
+
+# ---------------------------------------------------------------------------
+# build.toml
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One section of build.toml: [torch] or one [kernel.*]."""
+
+    name: str
+    sources: list[Path]
+    cxx_flags: list[str]
+    include_dirs: list[Path]
+
+    @property
+    def compiled(self) -> list[Path]:
+        return [p for p in self.sources if p.suffix == ".cpp"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Description:
-    """What build.toml says: the kernel's name, version and sources."""
+    """What build.toml says: the kernel's name, version and sections, in file order."""
 
     name: str
     version: int
-    sources: list[Path]
+    sections: list[Section]
 
     @property
-    def compiled_once(self) -> list[Path]:
-        return [p for p in self.sources if p.suffix == ".cpp" and PER_ISA_DIR not in p.parents]
+    def sources(self) -> list[Path]:
+        return [p for section in self.sections for p in section.sources]
 
-    @property
-    def compiled_per_isa(self) -> list[Path]:
-        return [p for p in self.sources if p.suffix == ".cpp" and PER_ISA_DIR in p.parents]
+
+def _section(name: str, table: dict) -> Section:
+    return Section(name=name, sources=[ROOT / s for s in table.get("src", [])],
+                   cxx_flags=list(table.get("cxx-flags", [])),
+                   include_dirs=[ROOT / d for d in table.get("include", [])])
 
 
 def read_description(path: Path = BUILD_TOML) -> Description:
     config = tomllib.loads(path.read_text())
-    listed = list(config.get("torch", {}).get("src", []))
-    for kernel in config.get("kernel", {}).values():
-        listed += kernel.get("src", [])
-    sources = [ROOT / src for src in listed]
-    missing = [str(p.relative_to(ROOT)) for p in sources if not p.is_file()]
+    general = config.get("general", {})
+    if general.get("edition") != 5:
+        raise SystemExit(f"build: {path.name} must say edition = 5 in [general] (kernel-builder's format)")
+    sections = [_section("torch", config.get("torch", {}))]
+    # tomllib keeps the file's order, which is the link order (see build.toml).
+    for name, kernel in config.get("kernel", {}).items():
+        if kernel.get("backend") != "cpu":
+            raise SystemExit(f"build: [kernel.{name}] is not backend = \"cpu\"; this tool builds CPU kernels only")
+        sections.append(_section(name, kernel))
+    description = Description(name=general["name"], version=general["version"], sections=sections)
+    missing = [str(p.relative_to(ROOT)) for p in description.sources if not p.is_file()]
     if missing:
         raise SystemExit(f"build: {path.name} lists missing sources: {', '.join(missing)}")
     # Every C++ file in csrc/ must be listed: the namespace hash covers only listed files.
     unlisted = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*")
-                      if p.suffix in (".cpp", ".h") and p not in sources)
+                      if p.suffix in (".cpp", ".h") and p not in description.sources)
     if unlisted:
         raise SystemExit(f"build: {path.name} does not list {', '.join(unlisted)}")
-    return Description(name=config["general"]["name"], version=config["general"]["version"], sources=sources)
+    return description
 
 
-# The row kernels start on a cache line, so their loops' placement (and speed:
-# a few percent on the Zen 5 we measure on) does not shift with whatever else
-# is linked before them.
-PER_ISA_FLAGS = ["-falign-functions=64"]
-
-# Per-ISA flags for the sources in csrc/cpu/, as ATen builds its CPU kernels.
-X86_ISAS = {
-    "DEFAULT": [],
-    "AVX2": ["-mavx2", "-mfma", "-mf16c"],
-    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
-}
-
+# ---------------------------------------------------------------------------
+# The target: this machine's torch, or another machine's (cross build)
+# ---------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -157,51 +190,74 @@ def variant_name(target: Target) -> str:
     return f"torch{major}{minor}-{abi}-cpu-{target.machine}-linux"
 
 
-def isas_for_machine(machine: str) -> dict[str, list[str]]:
-    # aarch64 and others: the DEFAULT build only (NEON on aarch64).
-    return X86_ISAS if machine in ("x86_64", "AMD64") else {"DEFAULT": []}
-
-
 def source_hash(description: Description, extra: str) -> str:
     """Every source, the build description and this script: a new hash, a new op namespace."""
     digest = hashlib.sha256(extra.encode())
-    for path in description.sources + [BUILD_TOML, Path(__file__).resolve()]:
+    for path in description.sources + [BUILD_TOML, GLIBC_COMPAT, Path(__file__).resolve()]:
         digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:10]
 
 
-def object_name(source: Path, isa: str | None = None) -> str:
-    """csrc/cpu/rows.cpp, AVX2 -> csrc_cpu_rows_AVX2.o: unique across folders."""
-    stem = "_".join(source.relative_to(ROOT).with_suffix("").parts)
-    return f"{stem}_{isa}.o" if isa else f"{stem}.o"
+# ---------------------------------------------------------------------------
+# Compile and link, as kernel-builder's CMake does for a CPU kernel
+# ---------------------------------------------------------------------------
+
+# kernel-builder's registration.h (build2cmake/src/templates/registration.h),
+# re-stated: the macros the binding uses. Written into build/gen/.
+REGISTRATION_H = """\
+// Generated by tools/build_kernel.py: the macros of kernel-builder's
+// registration.h, which kernel-builder writes next to torch_binding.cpp.
+#pragma once
+
+#include <Python.h>
+
+#define SV_CONCAT_(a, b) a##b
+#define SV_CONCAT(a, b) SV_CONCAT_(a, b)
+#define SV_STR_(a) #a
+#define SV_STR(a) SV_STR_(a)
+
+// TORCH_LIBRARY / TORCH_LIBRARY_IMPL with the namespace macro expanded first.
+#define TORCH_LIBRARY_EXPAND(NAME, MODULE) TORCH_LIBRARY(NAME, MODULE)
+#define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) TORCH_LIBRARY_IMPL(NAME, DEVICE, MODULE)
+
+// A module init, so that `import <NAME>` loads the library (and registers its ops).
+#define REGISTER_EXTENSION(NAME)                                                         \\
+  PyMODINIT_FUNC SV_CONCAT(PyInit_, NAME)() {                                            \\
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, SV_STR(NAME), nullptr, 0, \\
+                                        nullptr};                                        \\
+    return PyModule_Create(&module);                                                     \\
+  }
+"""
 
 
-def common_flags(namespace: str, isas: dict[str, list[str]], target: Target) -> list[str]:
-    abi = int(target.cxx11_abi)
+def object_name(source: Path) -> str:
+    """csrc/cpu/isa_avx2.cpp -> csrc_cpu_isa_avx2.o: unique across folders."""
+    return "_".join(source.relative_to(ROOT).with_suffix("").parts) + ".o"
+
+
+def base_flags(namespace: str, target: Target, gen_dir: Path) -> list[str]:
+    """What every file gets: kernel-builder's CMake flags for a CPU kernel."""
     flags = [
-        "-O3",
+        "-O3", "-DNDEBUG",  # CMAKE_BUILD_TYPE=Release
         "-std=c++17",
         "-fPIC",
         "-fvisibility=hidden",
         "-fvisibility-inlines-hidden",
-        # Bit-exact agreement with the reference needs IEEE a*b - c*d, not FMA.
-        "-ffp-contract=off",
-        # at::parallel_for is inline OpenMP: without this the batch runs serially.
-        "-fopenmp",
-        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-        f"-DSV_OPS_NAMESPACE={namespace}",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(target.cxx11_abi)}",
+        "-DCPU_KERNEL",
+        f"-DTORCH_EXTENSION_NAME={namespace}",
+        # USE_SABI: the Python limited API, as of the oldest Python supported.
+        f"-DPy_LIMITED_API=0x{PYTHON_ABI[0]:02x}{PYTHON_ABI[1]:02x}0000",
         "-Wall",
         "-Wno-unused-parameter",
     ]
-    flags += [f"-DSV_HAVE_{isa}" for isa in isas if isa != "DEFAULT"]
-    flags += [f"-I{p}" for p in target.include_paths]
-    return flags
+    # Python.h: the host's headers serve any LP64 Linux target under the limited API.
+    include_paths = [str(gen_dir), *target.include_paths, sysconfig.get_paths()["include"]]
+    return flags + [f"-I{p}" for p in include_paths]
 
 
 def compile_one(cxx: str, source: Path, obj: Path, flags: list[str]) -> tuple[Path, float]:
-    import time
-
     start = time.perf_counter()
     cmd = [cxx, *flags, "-c", str(source), "-o", str(obj)]
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -211,35 +267,30 @@ def compile_one(cxx: str, source: Path, obj: Path, flags: list[str]) -> tuple[Pa
     return obj, time.perf_counter() - start
 
 
-# --sanitize: AddressSanitizer + UBSan on every object (make test-asan). -O1
-# and frame pointers for readable reports; UBSan errors abort (no recovery),
-# so a report cannot scroll by unnoticed.
-SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"]
-
-
-def build_library(description: Description, namespace: str, out_dir: Path, isas: dict[str, list[str]],
-                  target: Target, build_root: Path, sanitize: bool = False) -> Path:
-    cxx = target.cxx
+def build_library(description: Description, namespace: str, out_dir: Path, target: Target,
+                  build_root: Path, sanitize: bool = False) -> Path:
     obj_dir = build_root / "obj" / namespace
-    obj_dir.mkdir(parents=True, exist_ok=True)
-    base = common_flags(namespace, isas, target)
+    gen_dir = obj_dir / "gen"
+    gen_dir.mkdir(parents=True, exist_ok=True)
+    (gen_dir / "registration.h").write_text(REGISTRATION_H)
+    base = base_flags(namespace, target, gen_dir)
     if sanitize:
         base = [f for f in base if f != "-O3"] + ["-O1", *SANITIZE_FLAGS]
-    jobs = [(source, obj_dir / object_name(source), base) for source in description.compiled_once]
-    for isa, isa_flags in isas.items():
-        defines = [f"-DCPU_CAPABILITY={isa}", f"-DCPU_CAPABILITY_{isa}"]
-        for source in description.compiled_per_isa:
-            jobs.append((source, obj_dir / object_name(source, isa), base + defines + PER_ISA_FLAGS + isa_flags))
+    jobs = []
+    for section in description.sections:
+        flags = base + [f"-I{d}" for d in section.include_dirs] + section.cxx_flags
+        jobs += [(source, obj_dir / object_name(source), flags) for source in section.compiled]
+    jobs.append((GLIBC_COMPAT, obj_dir / object_name(GLIBC_COMPAT), base))
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for obj, seconds in pool.map(lambda job: compile_one(cxx, *job), jobs):
+        for obj, seconds in pool.map(lambda job: compile_one(target.cxx, *job), jobs):
             print(f"build: compiled {obj.name} in {seconds:.1f} s")
     library = out_dir / f"{namespace}.abi3.so"
-    # Link order matters: the objects compiled once (base flags) come first,
-    # then the DEFAULT ones, so an inline function emitted by several ISA
-    # objects resolves to a generic (safe) copy.
+    # Link order is build.toml's order (the generic objects, then DEFAULT, then
+    # the wider ISAs), so an inline function emitted by several objects
+    # resolves to a copy any CPU can run.
     objects = [str(job[1]) for job in jobs]
     # -fopenmp records libgomp.so.1, which resolves to the copy torch loaded.
-    link = [cxx, "-shared", "-fopenmp", *(SANITIZE_FLAGS if sanitize else []), "-o", str(library), *objects]
+    link = [target.cxx, "-shared", "-fopenmp", *(SANITIZE_FLAGS if sanitize else []), "-o", str(library), *objects]
     link += [f"-L{p}" for p in target.library_paths]
     link += ["-lc10", "-ltorch_cpu", "-ltorch"]
     result = subprocess.run(link, capture_output=True, text=True)
@@ -249,27 +300,29 @@ def build_library(description: Description, namespace: str, out_dir: Path, isas:
     return library
 
 
+# ---------------------------------------------------------------------------
+# The variant folder: Python package, _ops.py, metadata.json
+# ---------------------------------------------------------------------------
+
 OPS_PY = '''\
 """Binds `ops` to this build's op namespace (written by tools/build_kernel.py)."""
 
-import pathlib
-
 import torch
 
-_NAMESPACE = "{namespace}"
+# Importing the extension module runs its TORCH_LIBRARY registration.
+from . import {namespace}  # noqa: F401
 
-# Loading the library runs its TORCH_LIBRARY registration.
-torch.ops.load_library(str(pathlib.Path(__file__).with_name(_NAMESPACE + ".abi3.so")))
-ops = getattr(torch.ops, _NAMESPACE)
+ops = torch.ops.{namespace}
 
 
 def add_op_namespace_prefix(op_name: str) -> str:
     """`verify_greedy` -> `{namespace}::verify_greedy`."""
-    return f"{{_NAMESPACE}}::{{op_name}}"
+    return f"{namespace}::{{op_name}}"
 '''
 
 
 def write_variant(description: Description, namespace: str, variant_dir: Path) -> None:
+    shutil.rmtree(variant_dir / "__pycache__", ignore_errors=True)  # not part of the variant
     for py in sorted(PACKAGE.glob("*.py")):
         if py.name != "_ops.py":
             shutil.copy2(py, variant_dir / py.name)
@@ -281,8 +334,18 @@ def write_variant(description: Description, namespace: str, variant_dir: Path) -
         "license": "apache-2.0",
         "python-depends": [],
         "backend": {"type": "cpu"},
+        "digest": variant_digest(variant_dir),
     }
     (variant_dir / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+
+
+def variant_digest(variant_dir: Path) -> dict:
+    """`digest` as kernels verifies it: its own hash of every file but metadata.json."""
+    from kernels._rust import Digest, DigestAlgorithm  # the project venv has kernels (requirements.txt)
+
+    (variant_dir / "metadata.json").unlink(missing_ok=True)
+    digest = Digest.hash_variant(DigestAlgorithm.SHA256, variant_dir)
+    return {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,10 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--torch-dir and --arch go together")
 
     target = host_target(args.cxx) if args.torch_dir is None else cross_target(args.torch_dir.resolve(), args.arch, args.cxx)
-    isas = isas_for_machine(target.machine)
     description = read_description()
     flavour = "asan" if args.sanitize else ""
-    namespace = f"_spec_verify_cpu_{source_hash(description, target.torch_version + ','.join(isas) + flavour)}"
+    namespace = f"_spec_verify_cpu_{source_hash(description, target.torch_version + target.machine + flavour)}"
     # The sanitized build lives under its own root, so build/ never holds it.
     build_root = (SANITIZE_ROOT if args.sanitize else ROOT) / "build"
     variant_dir = build_root / variant_name(target)
@@ -314,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         if variant_dir.exists():
             shutil.rmtree(variant_dir)
         variant_dir.mkdir(parents=True)
-        library = build_library(description, namespace, variant_dir, isas, target, build_root, args.sanitize)
-        print(f"build: wrote {library.relative_to(ROOT)} (ISAs: {', '.join(isas)})")
+        library = build_library(description, namespace, variant_dir, target, build_root, args.sanitize)
+        print(f"build: wrote {library.relative_to(ROOT)}")
     # The Python files are copied every time: editing them needs no recompile.
     write_variant(description, namespace, variant_dir)
     print(f"build: variant {variant_dir.relative_to(ROOT)} ready")

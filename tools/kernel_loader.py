@@ -25,4 +25,7 @@ def load_kernel():
     root = pathlib.Path(os.environ.get("SPEC_VERIFY_ROOT", ROOT))
     if not (root / "build").is_dir():
         raise RuntimeError(f"no build/ folder in {root}: run `make build` first")
-    return kernels.get_local_kernel(root)
+    # backend="cpu": this is a CPU kernel, and on a CUDA build of torch (PyPI's
+    # default on Linux, e.g. the torch 2.12 of `make test-torch212`) `kernels`
+    # would otherwise look only for CUDA variants.
+    return kernels.get_local_kernel(root, backend="cpu")

@@ -32,7 +32,7 @@ class Mutant:
 
 
 MUTANTS = [
-    Mutant("ties go to the highest id", "csrc/cpu/rows.cpp",
+    Mutant("ties go to the highest id", "csrc/cpu/rows_impl.h",
            "if (block_max > best) {", "if (block_max >= best) {",
            ["tests/test_match_reference.py"]),
     Mutant("greedy reads every row (not lazy)", "csrc/decide.h",
@@ -66,7 +66,7 @@ MUTANTS = [
            "if (block_stops(uniforms[i - 1], weight[i], total, w))",
            "if (total >= 0.0)",
            ["tests/test_law.py", "tests/test_match_reference.py"]),
-    Mutant("row mass rounded to float32 per block", "csrc/cpu/rows.cpp",
+    Mutant("row mass rounded to float32 per block", "csrc/cpu/rows_impl.h",
            "    return sum_lanes((s0 + s1) + (s2 + s3));",
            "    return static_cast<float>(sum_lanes((s0 + s1) + (s2 + s3)));",
            ["tests/test_match_reference.py"]),

@@ -1,22 +1,23 @@
 // Op schemas, defined once, and their CPU implementations.
 //
-// SV_OPS_NAMESPACE is unique per build (tools/build_kernel.py derives it from
-// a hash of the sources), so two builds of this kernel can live in one
-// process, as `kernels` requires.
+// TORCH_EXTENSION_NAME names the op namespace and the Python module: unique
+// per build (kernel-builder derives it from the git revision,
+// tools/build_kernel.py from a hash of the sources), so two builds of this
+// kernel can live in one process, as `kernels` requires. registration.h is
+// kernel-builder's; it writes it next to this file (the non-Nix build
+// generates an equivalent one into build/gen/).
 #include <torch/all.h>
 #include <torch/library.h>
 
+#include "registration.h"
+
 #include "../csrc/ops.h"
 
-#ifndef SV_OPS_NAMESPACE
-#error "SV_OPS_NAMESPACE must name the op namespace (set by tools/build_kernel.py)"
+#ifndef TORCH_EXTENSION_NAME
+#error "TORCH_EXTENSION_NAME must name the op namespace (set by kernel-builder or tools/build_kernel.py)"
 #endif
 
-// One level of indirection so the macro expands before TORCH_LIBRARY pastes it.
-#define SV_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-#define SV_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
-
-SV_LIBRARY(SV_OPS_NAMESPACE, m) {
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("verify_greedy(Tensor target_probs, Tensor draft_tokens) -> Tensor");
   m.def(
       "verify_sampled(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
@@ -71,7 +72,7 @@ SV_LIBRARY(SV_OPS_NAMESPACE, m) {
       "float min_p=0.0, bool normalize=True) -> Tensor");
 }
 
-SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("verify_greedy", &spec_verify::verify_greedy);
   m.impl("verify_sampled", &spec_verify::verify_sampled);
   m.impl("verify_greedy_ints", &spec_verify::verify_greedy_ints);
@@ -87,3 +88,7 @@ SV_LIBRARY_IMPL(SV_OPS_NAMESPACE, CPU, m) {
   m.impl("sample_draft", &spec_verify::sample_draft);
   m.impl("warp_probs", &spec_verify::warp_probs);
 }
+
+// The .so is imported as a Python module by _ops.py (`from . import <name>`);
+// importing it runs the registrations above.
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -8,10 +8,10 @@
 namespace spec_verify {
 namespace CPU_CAPABILITY {
 
-// argmax, mass and residual of every dtype, and float_lanes (rows.cpp).
+// argmax, mass and residual of every dtype, and float_lanes (rows_impl.h).
 void add_row_kernels(KernelTable& table);
 
-// scan ... collect_bin of every dtype, and weights_of (warp.cpp).
+// scan ... collect_bin of every dtype, and weights_of (warp_impl.h).
 void add_warp_kernels(KernelTable& table);
 
 }  // namespace CPU_CAPABILITY

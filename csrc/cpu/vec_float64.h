@@ -1,5 +1,5 @@
 // float -> float64 widening, lane sums and block sums, shared by the per-ISA files
-// (rows.cpp, warp.cpp). Include only from a file compiled with
+// (rows_impl.h, warp_impl.h). Include only from a file compiled with
 // -DCPU_CAPABILITY=<ISA>: everything lands in spec_verify::<ISA>.
 #pragma once
 

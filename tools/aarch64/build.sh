@@ -19,7 +19,7 @@ cross_build() {
   "$HOST_PYTHON" "$REPO/tools/build_kernel.py" --arch aarch64 --cxx aarch64-linux-gnu-g++ --torch-dir "$torch_dir" "$@"
   # What was built must be an AArch64 shared object.
   local variant lib
-  variant=$(ls -d "$REPO"/build/torch*-cpu-aarch64-linux | head -n1)
+  variant=$(root_variant)
   lib=$(ls "$variant"/*.abi3.so | head -n1)
   aarch64-linux-gnu-readelf -h "$lib" | grep -q 'Machine:.*AArch64' || die "$lib is not an AArch64 object"
   log "built $(realpath --relative-to="$REPO" "$lib") (AArch64; needs: $(aarch64-linux-gnu-readelf -d "$lib" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' '))"

@@ -63,6 +63,14 @@ stage() {
   log "stage $name: done in $(($(date +%s) - start)) s"
 }
 
+# The variant for the root's torch (build/ may also hold the release
+# variants for other torch versions, from `make release`).
+root_variant() {
+  local major minor
+  IFS=. read -r major minor _ <<<"$TORCH_VERSION"
+  echo "$REPO/build/torch$major$minor-cxx11-cpu-aarch64-linux"
+}
+
 # One run at a time per cache folder (mounts and the root are shared state).
 take_lock() {
   exec 9>"$CACHE/lock"

@@ -24,8 +24,8 @@ MARKERS="not transformers and not native_only"
 
 stage_tree() {
   local dest="$ROOTFS$STAGE_IN_ROOT" variant
-  variant=$(ls -d "$REPO"/build/torch*-cpu-aarch64-linux 2>/dev/null | head -n1)
-  [[ -n $variant ]] || die "no build/torch*-cpu-aarch64-linux variant (run tools/aarch64/build.sh)"
+  variant=$(root_variant)
+  [[ -d $variant ]] || die "no $(basename "$variant") variant (run tools/aarch64/build.sh)"
   rm -rf --one-file-system "$dest"
   mkdir -p "$dest/build" "$dest/tools" "$dest/examples"
   (cd "$REPO" && tar -cf - --exclude=__pycache__ tests torch-ext csrc pytest.ini build.toml requirements.txt) \

@@ -4,7 +4,7 @@
 apply one warping, identically to the draft and to the target, inside the op:
 a caller cannot verify against a distribution the draft did not sample from.
 This module is the definition; the C++ kernel (``csrc/warp.cpp``,
-``csrc/cpu/warp.cpp``) computes the same weights bit for bit, and
+``csrc/cpu/warp_impl.h``) computes the same weights bit for bit, and
 ``reference.py`` decides on them exactly as the C++ does.
 
 The warping of one row of logits ``x`` (read as float32)

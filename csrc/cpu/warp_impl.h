@@ -1,7 +1,9 @@
+// Per-ISA body: included once by each csrc/cpu/isa_*.cpp (never compiled alone).
+//
 // Row primitives over logits: the warping passes scan, collect_at_least,
 // weights, refine, histogram, collect_bin and weights_of (see
 // csrc/kernel_table.h for their contracts). Compiled once per instruction set,
-// like rows.cpp; the row-level logic that calls them is csrc/warp.cpp.
+// like rows_impl.h; the row-level logic that calls them is csrc/warp.cpp.
 //
 // Every loop has the same shape: full vectors of Vec::size() logits (two at
 // a time where a dependency chain matters), then one loadu(ptr, n) tail whose

@@ -1,9 +1,8 @@
-// This instruction set's KernelTable (see csrc/kernel_table.h).
+// Per-ISA body: included once by each csrc/cpu/isa_*.cpp (never compiled alone).
 //
-// Every file in csrc/cpu/ is compiled once per instruction set with
-// -DCPU_CAPABILITY=<ISA> -DCPU_CAPABILITY_<ISA> and that ISA's -m flags, the
-// way ATen builds its native/cpu/ kernels: every symbol lives in namespace
-// spec_verify::<ISA>, and csrc/dispatch.cpp picks one table at run time.
+// This instruction set's KernelTable (see csrc/kernel_table.h). Every symbol
+// lives in namespace spec_verify::<ISA>, as ATen's native/cpu/ kernels do,
+// and csrc/dispatch.cpp picks one table at run time.
 #include "kernels.h"
 
 #define SV_STRINGIFY_(x) #x

@@ -1,6 +1,8 @@
+// Per-ISA body: included once by each csrc/cpu/isa_*.cpp (never compiled alone).
+//
 // Row primitives over probabilities: argmax, mass, residual (see
 // csrc/kernel_table.h for their contracts). Compiled once per instruction set
-// (csrc/cpu/kernel_table.cpp says how); vectorized with at::vec::Vectorized.
+// (csrc/cpu/isa_avx2.cpp says how); vectorized with at::vec::Vectorized.
 // On aarch64 the DEFAULT build is NEON (Vectorized<float> is 4 wide there).
 //
 // Every loop below has the same shape: a row is cut into blocks; inside a
