@@ -416,19 +416,21 @@ def main(argv=None) -> int:
     logits_rows = verify_logits_rows(sv, peer)
     print_logits_table(logits_rows, args.threads)
     # End to end on the shipped model pair (examples/e2e.py): skipped with --quick.
-    e2e_rows = runtimes = None
+    e2e_rows = runtimes = generate_rows = None
     if not args.quick:
-        from examples import e2e
+        from examples import e2e, hf_generate
 
         e2e_rows = e2e.bench_rows(sv)
         runtimes = e2e.runtime_rows(sv)
         print("token-wise vs block verification on the shipped pair (examples/e2e.py method_rows):")
         method_rows = e2e.method_rows(sv)
+        # transformers' generate(): plain, its assisted generation, ours through custom_generate.
+        generate_rows = hf_generate.bench_rows()
     out = pathlib.Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(build=info, threads=args.threads, rows=rows, call_overhead=overhead,
                                    batched=scaling, verify_logits=logits_rows, end_to_end=e2e_rows,
-                                   end_to_end_runtimes=runtimes,
+                                   end_to_end_runtimes=runtimes, hf_generate=generate_rows,
                                    end_to_end_methods=None if args.quick else method_rows,
                                    torch=torch.__version__), indent=2, default=str))
     print(f"bench: wrote {out}")

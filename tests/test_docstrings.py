@@ -2,7 +2,7 @@
 
 One doctest runner (ELLIPSIS) over every public module of the loaded package:
 the face's functions (``verify.py``: probability rows in; ``logits.py``:
-logits in), the exact law, the decode loop and the Hugging Face adapter, each
+logits in), the exact law, the decode loops and the Hugging Face adapters, each
 with its own globals, as ``python -m doctest`` would run it.
 """
 
@@ -13,13 +13,13 @@ import pathlib
 
 import pytest
 
-MODULES = ["verify", "logits", "law", "decoder", "hf_adapter"]
+MODULES = ["verify", "logits", "law", "decoder", "decode_warping", "batched_decoder", "hf_adapter", "hf_batched"]
 # Functions that must carry at least one runnable example, and the least each module runs.
 MUST_HAVE_EXAMPLES = {
     "verify": ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched"],
     "logits": ["verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"],
 }
-MIN_ATTEMPTED = {"law": 7, "hf_adapter": 0}  # hf_adapter's examples need models: all +SKIP
+MIN_ATTEMPTED = {"law": 7, "hf_adapter": 0, "hf_batched": 0}  # the adapters' examples need models: all +SKIP
 
 
 def _run_docstrings(module):

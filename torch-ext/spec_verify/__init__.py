@@ -17,6 +17,7 @@ This file is the package's face: it re-exports, nothing else. Where things live:
 * ``warping.py``    the definition of the warping (temperature, top-k, top-p, min-p)
 * ``law.py``        the exact law of speculative sampling
 * ``decoder.py``    the draft / verify loop; ``hf_adapter.py`` Hugging Face models as callbacks
+* ``batched_decoder.py``  B sequences per round (the one loop); ``hf_batched.py`` one KV cache per batch
 * ``_fake.py``      fake implementations (torch.compile); ``_ops.py`` the build's op namespace
 
 CPU tensors run the vectorized C++ kernel (``ops``); tensors on any other
@@ -28,8 +29,10 @@ from __future__ import annotations
 from . import _fake  # noqa: F401  (registers the fake implementations)
 from . import law, reference, warping
 from ._ops import ops
+from .batched_decoder import BatchedSpeculativeDecoder
 from .decoder import DecodeStats, LogitsWarping, SpeculativeDecoder
 from .hf_adapter import HFCausalLMStep, hf_step_pair
+from .hf_batched import HFBatchedCausalLM, hf_batched_step_pair
 from .law import (
     acceptance_rates,
     accepted_length_pmf,
@@ -79,6 +82,9 @@ __all__ = [
     "LogitsWarping",
     "HFCausalLMStep",
     "hf_step_pair",
+    "BatchedSpeculativeDecoder",
+    "HFBatchedCausalLM",
+    "hf_batched_step_pair",
     # Introspection, the raw ops, the reference path
     "build_info",
     "ops",

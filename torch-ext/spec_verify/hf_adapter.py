@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from .decoder import LogitsWarping
+from .decode_warping import LogitsWarping
 from .logits import sample_draft
 
 __all__ = ["HFCausalLMStep", "hf_step_pair"]
@@ -57,6 +57,41 @@ __all__ = ["HFCausalLMStep", "hf_step_pair"]
 # ----------------------------------------------------------------------------
 # The adapter
 # ----------------------------------------------------------------------------
+
+
+def model_device(model) -> torch.device:
+    """Where ``model`` runs: its ``.device`` (transformers models), else its
+    first parameter's device, else (no parameters) the CPU."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    parameters = getattr(model, "parameters", None)
+    if callable(parameters):
+        for parameter in parameters():
+            return parameter.device
+    return torch.device("cpu")
+
+
+def crop_cache(cache, held: int, keep: int) -> bool:
+    """Crop a model's cache from the ``held`` positions it should hold to its first ``keep``; False if it could not.
+
+    False for a cache without ``crop`` (legacy tuples, some sliding windows),
+    one whose ``crop`` raises (recurrent states, a sliding window past its
+    size), or one that does not then hold ``keep`` positions (a sliding
+    window that already dropped some): the caller rebuilds. ``crop`` gets a
+    negative count, which means "remove that many" in transformers 4.x and
+    5.x alike (a positive value is an absolute length in 4.x and an error in
+    5.x).
+    """
+    crop = getattr(cache, "crop", None)
+    if not callable(crop):
+        return False
+    try:
+        crop(keep - held)
+    except (RuntimeError, ValueError, NotImplementedError):
+        return False
+    get_len = getattr(cache, "get_seq_length", None)
+    return not callable(get_len) or int(get_len()) == keep
 
 
 def _common_prefix_length(cached: torch.Tensor, seq: torch.Tensor) -> int:
@@ -250,16 +285,7 @@ class HFCausalLMStep:
         return out.logits[0, -rows:].detach().to(device="cpu", dtype=torch.float32)
 
     def _model_device(self):
-        # transformers models expose .device; else the first parameter's
-        # device; else (no parameters) the CPU.
-        device = getattr(self.model, "device", None)
-        if isinstance(device, torch.device):
-            return device
-        parameters = getattr(self.model, "parameters", None)
-        if callable(parameters):
-            for parameter in parameters():
-                return parameter.device
-        return torch.device("cpu")
+        return model_device(self.model)
 
     def _rollback(self, keep: int) -> None:
         """Crop the cache to its first ``keep`` tokens."""
@@ -269,23 +295,8 @@ class HFCausalLMStep:
         if keep == 0 or self._cache is None:
             self._drop_cache()
             return
-        crop = getattr(self._cache, "crop", None)
-        if not callable(crop):
-            # Fallback: a cache that cannot crop (legacy tuples, some sliding
-            # windows) is rebuilt from scratch; correct, but the prefix reruns.
-            self._drop_cache(rebuild=True)
-            return
-        try:
-            crop(keep - held)  # negative: remove held - keep tokens (4.x and 5.x)
-        except (RuntimeError, ValueError, NotImplementedError):
-            # Fallback: this cache refuses to roll back (recurrent states,
-            # a sliding window past its size): rebuild it from scratch.
-            self._drop_cache(rebuild=True)
-            return
-        get_len = getattr(self._cache, "get_seq_length", None)
-        if callable(get_len) and int(get_len()) != keep:
-            # Fallback: the crop did not reach the asked length (e.g. a sliding
-            # window cache that already dropped those states): rebuild.
+        if not crop_cache(self._cache, held, keep):
+            # Fallback: rebuilt from scratch; correct, but the prefix reruns.
             self._drop_cache(rebuild=True)
             return
         self._cached = self._cached[:keep]

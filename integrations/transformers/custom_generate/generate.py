@@ -1,0 +1,138 @@
+"""Batched speculative decoding for transformers' ``generate()``, verified by the spec-verify kernel.
+
+    out = target.generate(**inputs, assistant_model=draft, custom_generate="phanerozoic/spec-verify-generate",
+                          trust_remote_code=True, max_new_tokens=64, do_sample=True, temperature=0.8)
+
+transformers calls ``generate`` below with every argument of ``generate()``.
+It checks and resolves them (``generation_options.py``), loads the kernel with
+``kernels.get_kernel`` and runs its ``BatchedSpeculativeDecoder`` over
+``HFBatchedCausalLM`` adapters of the two models: one KV cache per model for
+the whole batch, each sequence with its own accepted length per round, and
+verification by the kernel's batched ops (``verify_greedy_batched``;
+``verify_logits_batched`` under the warping, the draft drawn with
+``sample_draft``). It returns what ``generate()`` returns: the ``[B, T]``
+input ids followed by the new tokens, each finished row padded with
+``pad_token_id`` after its eos.
+
+Randomness comes from torch's default generator, as in ``generate()``:
+``torch.manual_seed`` / ``transformers.set_seed`` make sampled runs
+reproducible.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .generation_options import Options, resolve
+
+KERNEL_REPO = "phanerozoic/spec-verify"
+KERNEL_VERSION = 1
+
+
+@functools.lru_cache(maxsize=1)
+def load_kernel():
+    """The spec-verify kernel; ``LOCAL_KERNELS=phanerozoic/spec-verify=<checkout>`` resolves it offline."""
+    from kernels import get_kernel
+
+    return get_kernel(KERNEL_REPO, version=KERNEL_VERSION, trust_remote_code=True)
+
+
+def generate(model, input_ids=None, attention_mask=None, assistant_model=None, generation_config=None,
+             streamer=None, inputs=None, decode_stats=None, **kwargs):
+    """``generate()`` with batched speculative decoding; see the module docstring and the README.
+
+    Parameters
+    ----------
+    model : transformers causal LM
+        The target (transformers passes the model ``generate`` was called on).
+    input_ids : torch.Tensor
+        ``[B, T]`` prompt ids, left-padded (``tokenizer.padding_side = "left"``).
+    attention_mask : torch.Tensor, optional
+        ``[B, T]``, 1 = token, 0 = padding; inferred from ``pad_token_id`` as
+        ``generate()`` infers it when absent.
+    assistant_model : transformers causal LM
+        The draft: same tokenizer, same vocabulary.
+    generation_config, **kwargs
+        As for ``generate()``; honoured: ``max_new_tokens`` / ``max_length``,
+        ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
+        ``eos_token_id``, ``pad_token_id``, ``num_assistant_tokens`` (k),
+        ``return_dict_in_generate``. Anything that would change the output
+        and is not implemented raises ``ValueError`` naming it.
+    streamer : transformers streamer, optional
+        Gets the prompt, then each round's new tokens (batch size 1 only).
+    inputs : torch.Tensor, optional
+        ``generate()``'s first positional argument: the same as ``input_ids``.
+    decode_stats : list, optional
+        If given, the kernel's ``DecodeStats`` of the run is appended to it.
+
+    Returns
+    -------
+    torch.LongTensor or GenerateDecoderOnlyOutput
+        ``[B, T + N]``: ``input_ids`` then the new tokens (``N`` the longest
+        row's count), rows that ended at an eos padded with ``pad_token_id``;
+        wrapped as ``GenerateDecoderOnlyOutput(sequences=...)`` when
+        ``return_dict_in_generate``.
+    """
+    if inputs is not None and input_ids is not None:
+        raise ValueError("pass the prompt ids once: as inputs (positional) or as input_ids, not both")
+    named = {name: kwargs.pop(name, None) for name in ("logits_processor", "stopping_criteria", "synced_gpus",
+                                                          "prefix_allowed_tokens_fn", "negative_prompt_ids",
+                                                          "negative_prompt_attention_mask")}
+    options = resolve(model, assistant_model, input_ids if input_ids is not None else inputs, attention_mask,
+                      generation_config, named, kwargs)
+    if streamer is not None and options.input_ids.shape[0] > 1:
+        raise ValueError(f"streamer with a batch of {options.input_ids.shape[0]}: streamers take one sequence "
+                         f"(transformers' TextStreamer refuses batches too); stream one prompt at a time")
+    if options.max_new == 0:
+        return _output(options, options.input_ids)
+    new_tokens, stats = _decode(model, assistant_model, options, streamer)
+    if decode_stats is not None:
+        decode_stats.append(stats)
+    return _output(options, _concatenate(options, new_tokens))
+
+
+# ----------------------------------------------------------------------------
+# Decoding and the output
+# ----------------------------------------------------------------------------
+
+
+def _decode(model, assistant_model, options: Options, streamer):
+    """Each row's new tokens (1-D int64 CPU tensors) and the run's statistics."""
+    sv = load_kernel()
+    draft_step, target_step = sv.hf_batched_step_pair(
+        assistant_model, model, **options.warping,
+        pad_token_id=options.pad_token_id if options.pad_token_id is not None else 0,
+    )
+    decoder = sv.BatchedSpeculativeDecoder(draft_step, target_step, k=options.k, greedy=options.greedy,
+                                           eos_token_id=options.eos_token_id)
+    on_commit = None
+    if streamer is not None:
+        streamer.put(options.input_ids.cpu())
+        on_commit = lambda row, tokens: streamer.put(tokens.view(1, -1))  # noqa: E731
+    ids, mask = options.input_ids.cpu(), options.attention_mask.cpu()
+    outputs = decoder.generate(ids, options.max_new, attention_mask=mask, on_commit=on_commit)
+    if streamer is not None:
+        streamer.end()
+    lengths = mask.sum(dim=1).tolist()
+    return [out[length:] for out, length in zip(outputs, lengths)], decoder.stats
+
+
+def _concatenate(options: Options, new_tokens: list) -> torch.Tensor:
+    """``[B, T + N]``: the input ids as given, then each row's new tokens, padded after an eos."""
+    ids = options.input_ids
+    width = max(len(t) for t in new_tokens)
+    tail = torch.full((ids.shape[0], width), options.pad_token_id if options.pad_token_id is not None else 0,
+                      dtype=ids.dtype)
+    for b, tokens in enumerate(new_tokens):
+        tail[b, : len(tokens)] = tokens
+    return torch.cat([ids, tail.to(ids.device)], dim=1)
+
+
+def _output(options: Options, sequences: torch.Tensor):
+    if not options.return_dict:
+        return sequences
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    return GenerateDecoderOnlyOutput(sequences=sequences)

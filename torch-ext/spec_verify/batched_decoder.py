@@ -1,0 +1,432 @@
+"""Speculative decoding of B sequences per round, each with its own accepted length.
+
+The one decode loop of the package lives here (``_DecodeLoop``);
+``BatchedSpeculativeDecoder`` runs it over batched callbacks, and
+``SpeculativeDecoder`` (``decoder.py``) runs the same loop over one sequence.
+The glossary -- accepted, correction and bonus tokens, uniforms -- is
+DESIGN.md's; ``decoder.py``'s module docstring says how rows are declared as
+probabilities or as logits under a ``LogitsWarping``.
+
+A batch round, in the style of gpt-fast's ``generate.py``: one small method per phase
+-------------------------------------------------------------------------------------
+Every unfinished sequence ``b`` gets a draft budget
+``k_b = min(k, max_new - emitted_b - 1)`` (so it can never emit more than
+``max_new``), and the round drafts ``K = max_b k_b`` tokens for all of them:
+
+1. ``_draft_round``  -- ``draft_step(prefixes, K, rows)`` proposes ``[n, K]``
+   tokens and the ``[n, K, V]`` rows they were drawn from (not called when
+   ``K = 0``);
+2. ``_target_round`` -- ``target_step(prefixes, proposed, rows)`` scores all
+   of them in one ``[n, K+1, V]`` call;
+3. ``_verify_round`` -- one batched op decides, per sequence, the accepted
+   draft tokens and the correction or bonus token, reading only sequence
+   ``b``'s first ``k_b`` draft tokens (``num_draft_tokens``):
+   ``verify_greedy_batched`` (greedy, or a warping of temperature 0),
+   ``verify_logits_batched`` (logits rows under the warping: no
+   full-vocabulary probability row is written in Python and read back) or
+   ``verify_sampled_batched`` (probability rows);
+4. ``_commit_round`` -- each sequence appends its own ``accepted_b + 1``
+   tokens, cut at ``max_new`` and after an end-of-sequence id; a sequence
+   that stops leaves the batch, and later rounds pass only the others.
+
+Batched callbacks
+-----------------
+``prefixes`` is a list of ``n`` 1-D int64 CPU tensors, the committed tokens
+(prompt plus output) of every unfinished sequence, in batch order; ``rows``
+is the list of their indices in the batch the run started with (it only
+shrinks). ``draft_step(prefixes, k, rows) -> (tokens [n, k], rows [n, k, V]
+or None)``; ``target_step(prefixes, proposed [n, k], rows) -> [n, k + 1, V]``.
+Rows past a sequence's budget are never read. A callback holding a KV cache
+for the batch (``hf_batched.HFBatchedCausalLM``) can roll each sequence back
+to its own prefix and drop the sequences that left.
+
+Randomness: one ``generator`` feeds the verifier's uniforms, ``n * (K+1)``
+per batch round, drawn as ``torch.rand(n, K+1, dtype=torch.float64)``.
+
+Only the Python standard library and torch are imported here: this module is
+part of the kernel package that ``kernels`` loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Mapping, Optional
+
+import torch
+
+from .decode_checks import (
+    check_draft_against_target,
+    check_draft_ids,
+    check_draft_result,
+    check_int,
+    check_prompts,
+    check_rows,
+    eos_set,
+    same_dtype,
+)
+from .decode_stats import DecodeStats
+from .decode_warping import LogitsWarping, _resolve_warping
+from .logits import verify_logits_batched
+from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
+
+__all__ = ["BatchedSpeculativeDecoder"]
+
+BatchedDraftStep = Callable[[list, int, list], "tuple[torch.Tensor, Optional[torch.Tensor]]"]
+BatchedTargetStep = Callable[[list, torch.Tensor, list], torch.Tensor]
+
+
+# ----------------------------------------------------------------------------
+# One sequence's output buffer
+# ----------------------------------------------------------------------------
+
+
+_BUFFER_START = 1024  # output slots allocated up front; a buffer doubles past them
+
+
+class _Sequence:
+    """The prompt and the tokens committed so far, in one buffer grown by doubling."""
+
+    __slots__ = ("buffer", "length", "prompt_length", "max_length", "stopped_by")
+
+    def __init__(self, prompt: torch.Tensor, max_new: int) -> None:
+        # Sized by what a run uses, not by max_new alone: max_new=2**62 must
+        # not allocate 2**62 slots up front.
+        self.buffer = torch.empty(len(prompt) + min(max_new, _BUFFER_START), dtype=torch.int64)
+        self.buffer[: len(prompt)] = prompt
+        self.length = self.prompt_length = len(prompt)
+        self.max_length = len(prompt) + max_new
+        # Nothing to decode at all (max_new = 0): stopped before the first round.
+        self.stopped_by = "max_new" if max_new == 0 else None
+
+    @property
+    def left(self) -> int:
+        """New tokens this sequence may still emit."""
+        return self.max_length - self.length
+
+    @property
+    def filled(self) -> torch.Tensor:
+        """The committed tokens: a view the callbacks must not modify."""
+        return self.buffer[: self.length]
+
+    def append(self, new: list, eos_ids: frozenset) -> list:
+        """Append ``new`` (cut after the first eos id); return what was appended."""
+        for i, token in enumerate(new):
+            if token in eos_ids:
+                # Keep the eos itself, drop whatever the round had after it.
+                new, self.stopped_by = new[: i + 1], "eos"
+                break
+        if self.length + len(new) > len(self.buffer):
+            grown = torch.empty(max(2 * len(self.buffer), self.length + len(new)), dtype=torch.int64)
+            grown[: self.length] = self.buffer[: self.length]
+            self.buffer = grown
+        self.buffer[self.length : self.length + len(new)] = torch.tensor(new, dtype=torch.int64)
+        self.length += len(new)
+        if self.stopped_by is None and self.left == 0:
+            self.stopped_by = "max_new"
+        return new
+
+
+# ----------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------
+
+
+class _DecodeLoop:
+    """The draft / target / verify / commit loop over a batch of sequences.
+
+    Subclasses supply the round phases that call their callbacks
+    (``_draft_round``, ``_target_round``, ``_verify_round``); the defaults
+    here are the batched ones. ``SpeculativeDecoder`` overrides them for one
+    sequence and its single-sequence callbacks.
+    """
+
+    def __init__(self, draft_step, target_step, k: int = 4, greedy: bool = True, eos_token_id=None,
+                 generator: torch.Generator | None = None, *,
+                 warping: LogitsWarping | Mapping | None = None, method: str = "token") -> None:
+        if not callable(draft_step):
+            raise TypeError(f"draft_step must be callable, got {type(draft_step).__name__}")
+        if not callable(target_step):
+            raise TypeError(f"target_step must be callable, got {type(target_step).__name__}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        self.draft_step = draft_step
+        self.target_step = target_step
+        self.k = check_int("k", k, 1)
+        self.greedy = bool(greedy)
+        if method not in ("token", "block"):
+            raise ValueError(f'method must be "token" or "block", got {method!r}')
+        # Sampled verification: token-wise or block (DESIGN.md, "Block verification"); greedy ignores it.
+        self.method = method
+        self.eos_token_ids = eos_set(eos_token_id)
+        self.generator = generator
+        self.warping = _resolve_warping(warping, draft_step, target_step, self.greedy)
+        # Greedy verification (only target argmaxes read): greedy mode, or sampling at temperature 0.
+        self._argmax_only = self.greedy or (self.warping is not None and self.warping.greedy)
+        self._rows = "probs" if self.warping is None else "logits"
+        self.stats: DecodeStats | None = None
+        self._vocab: int | None = None
+
+    def _run(self, prompts: list, max_new: int, on_commit=None) -> list:
+        """Decode every prompt (1-D int64 CPU tensors); prompt + new tokens for each."""
+        max_new = check_int("max_new", max_new, 0)
+        if on_commit is not None and not callable(on_commit):
+            raise TypeError(f"on_commit must be callable or None, got {type(on_commit).__name__}")
+        # One counter per accepted length a round can reach: k itself may be huge (k=10**7).
+        longest_round = min(self.k, max(max_new - 1, 0))
+        stats = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping, batch_size=len(prompts),
+                            histogram=[0] * (longest_round + 1))
+        self.stats = stats
+        self._vocab = None  # learnt from the first target call of this run
+        start = time.perf_counter()
+        sequences = [_Sequence(prompt, max_new) for prompt in prompts]
+        active = [b for b, seq in enumerate(sequences) if seq.stopped_by is None]
+        while active:
+            active = self._round(sequences, active, on_commit)
+        stats.new_tokens = sum(seq.length - seq.prompt_length for seq in sequences)
+        stats.stopped_by_row = [seq.stopped_by for seq in sequences]
+        reasons = sorted(set(stats.stopped_by_row))
+        stats.stopped_by = reasons[0] if len(reasons) == 1 else " and ".join(reasons)
+        stats.total_seconds = time.perf_counter() - start
+        return [seq.filled.clone() for seq in sequences]
+
+    def _round(self, sequences: list, active: list, on_commit) -> list:
+        """One batch round over the unfinished sequences ``active``; returns those still unfinished."""
+        stats = self.stats
+        # Draft at most remaining - 1: a round emits accepted + 1 tokens.
+        budgets = [min(self.k, sequences[b].left - 1) for b in active]
+        k_round = max(budgets)
+        prefixes = [sequences[b].filled for b in active]
+        t0 = time.perf_counter()
+        if k_round == 0:
+            # Last token of every sequence: nothing to draft, the target picks it.
+            draft_tokens, draft_rows = torch.empty((len(active), 0), dtype=torch.int64), None
+        else:
+            draft_tokens, draft_rows = self._draft_round(prefixes, k_round, active)
+        t1 = time.perf_counter()
+        target_rows = self._target_round(prefixes, draft_tokens, active)
+        t2 = time.perf_counter()
+        accepted, next_tokens = self._verify_round(target_rows, draft_tokens, draft_rows, budgets)
+        stats.draft_seconds += t1 - t0
+        stats.target_seconds += t2 - t1
+        stats.verify_seconds += time.perf_counter() - t2
+        stats.batch_rounds += 1
+        return self._commit_round(sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit)
+
+    # -- phase 1: draft --------------------------------------------------------
+
+    def _draft_round(self, prefixes: list, k_round: int, rows: list):
+        """``[n, k_round]`` draft tokens and the ``[n, k_round, V]`` rows they were drawn from (or None)."""
+        where = f"draft_step(prefixes, k={k_round}, rows) for {len(prefixes)} sequences"
+        tokens, draft_rows = check_draft_result(self.draft_step(prefixes, k_round, rows), where,
+                                                (len(prefixes), k_round), self._rows,
+                                                needs_rows=not self._argmax_only)
+        if self._vocab is not None:
+            # V is known from round 1: bad ids never reach target_step.
+            check_draft_ids(tokens, [k_round] * len(prefixes), self._vocab, where)
+        return tokens, draft_rows
+
+    # -- phase 2: target -------------------------------------------------------
+
+    def _target_round(self, prefixes: list, draft_tokens: torch.Tensor, rows: list) -> torch.Tensor:
+        """The target's ``[n, k_round + 1, V]`` rows for the proposals, in one call."""
+        n, k_round = draft_tokens.shape
+        where = f"target_step(prefixes, proposed, rows) with proposed of shape ({n}, {k_round})"
+        result = check_rows(self.target_step(prefixes, draft_tokens, rows), where, "target_" + self._rows,
+                            (n, k_round + 1), f"[{n}, {k_round + 1}, V] (len(proposed[b]) + 1 rows per sequence)")
+        self._check_vocab(result.shape[-1], where)
+        return result
+
+    def _check_vocab(self, vocab: int, where: str) -> None:
+        """The target's V may not change within a run."""
+        if self._vocab is None:
+            self._vocab = vocab
+        elif vocab != self._vocab:
+            raise ValueError(
+                f"{where} returned target_{self._rows} over V = {vocab} tokens, but an earlier round "
+                f"returned V = {self._vocab}"
+            )
+
+    # -- phase 3: verify -------------------------------------------------------
+
+    def _verify_round(self, target_rows, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
+        """Per sequence: ``(accepted count, correction or bonus token)``, as two lists of ints."""
+        n, k_round = draft_tokens.shape
+        where = f"draft_step(prefixes, k={k_round}, rows) for {n} sequences"
+        check_draft_against_target(draft_tokens, budgets, draft_rows, target_rows.shape[-1], where, self._rows,
+                                   sampled_probs=not self._argmax_only and self.warping is None, batched=True)
+        num_draft_tokens = torch.tensor(budgets, dtype=torch.int64)
+        with self._naming_the_round():
+            if self._argmax_only:
+                accepted, next_tokens = verify_greedy_batched(target_rows, draft_tokens, num_draft_tokens)
+            else:
+                target_rows, draft_rows = same_dtype(target_rows, draft_rows)
+                if self.warping is None:
+                    verify = verify_block_batched if self.method == "block" else verify_sampled_batched
+                    accepted, next_tokens = verify(target_rows, draft_rows, draft_tokens, num_draft_tokens,
+                                                   generator=self.generator)
+                else:
+                    accepted, next_tokens = verify_logits_batched(target_rows, draft_rows, draft_tokens,
+                                                                  num_draft_tokens, generator=self.generator,
+                                                                  method=self.method, **self.warping.kwargs())
+        return accepted.tolist(), next_tokens.tolist()
+
+    def _naming_the_round(self):
+        """A context that re-raises an op's ValueError / IndexError naming the round and the rows."""
+        return _round_errors(self.stats.batch_rounds, self._rows)
+
+    # -- phase 4: commit -------------------------------------------------------
+
+    def _commit_round(self, sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit) -> list:
+        """Append each sequence's accepted draft tokens and its correction or bonus token."""
+        still = []
+        for i, b in enumerate(active):
+            self.stats.record_round(budgets[i], accepted[i])
+            seq = sequences[b]
+            new = seq.append(draft_tokens[i, : accepted[i]].tolist() + [int(next_tokens[i])], self.eos_token_ids)
+            if on_commit is not None:
+                on_commit(b, torch.tensor(new, dtype=torch.int64))
+            if seq.stopped_by is None:
+                still.append(b)
+        return still
+
+
+@contextlib.contextmanager
+def _round_errors(round_index: int, rows_name: str):
+    """Re-raise the verify op's ``ValueError`` / ``IndexError`` as a ``ValueError`` naming the round."""
+    try:
+        yield
+    except (ValueError, IndexError) as err:
+        raise ValueError(
+            f"verification of round {round_index} rejected the callbacks' output "
+            f"(target_step's rows are target_{rows_name}, draft_step's are draft_{rows_name}): {err}"
+        ) from err
+
+
+# ----------------------------------------------------------------------------
+# The batched decoder
+# ----------------------------------------------------------------------------
+
+
+class BatchedSpeculativeDecoder(_DecodeLoop):
+    """Speculative decoding of a batch of sequences, each with its own accepted length.
+
+    Parameters
+    ----------
+    draft_step : callable
+        ``draft_step(prefixes, k, rows) -> (tokens, draft_rows)``: ``tokens``
+        ``[n, k]`` integer, ``draft_rows`` ``[n, k, V]`` float32/16/bf16 --
+        probability rows (row ``[b, i]`` the warped distribution
+        ``tokens[b, i]`` was sampled from), or, under a warping, the raw
+        logits it was drawn from with ``sample_draft``; None in greedy mode.
+        See the module docstring for ``prefixes`` and ``rows``.
+    target_step : callable
+        ``target_step(prefixes, proposed, rows) -> [n, k + 1, V]``: row
+        ``[b, i]`` is the target's distribution (or raw logits, under a
+        warping) for the token after ``prefixes[b] + proposed[b, :i]``.
+    k : int, default 4
+        Draft tokens per round, ``>= 1``; a sequence near ``max_new`` drafts
+        fewer (``num_draft_tokens``).
+    greedy : bool, default True
+        True: ``verify_greedy_batched`` (every sequence equals plain greedy
+        decoding with the target). False: sampled verification (every
+        sequence is distributed as sampling from the target).
+    eos_token_id : int or list of int, optional
+        A sequence stops after the first emitted token in this set (kept).
+    generator : torch.Generator, optional
+        Source of the verifier's uniforms in sampled mode (the default CPU
+        generator when None).
+    warping : LogitsWarping or dict, optional, keyword only
+        Declares that both callbacks return logits rows warped by this; else
+        the callbacks' ``warping`` attributes decide (``HFBatchedCausalLM``
+        carries one), and without any the rows are probabilities.
+    method : {"token", "block"}, default "token", keyword only
+        Sampled verification: token-wise (``verify_sampled_batched`` /
+        ``verify_logits_batched``) or block verification
+        (``verify_block_batched`` / ``verify_logits_batched(method="block")``),
+        per sequence. Ignored when greedy.
+
+    Attributes
+    ----------
+    warping : LogitsWarping or None
+        The warping the run verifies logits rows under (None: probability rows).
+    stats : DecodeStats or None
+        Statistics of the latest ``generate`` call, one round per sequence
+        per batch round (``batch_rounds`` counts the batch rounds).
+
+    Raises
+    ------
+    ValueError
+        In sampled mode, warpings that disagree, or one callback carrying a
+        warping while the other's rows would be read as probabilities.
+
+    Notes
+    -----
+    Each sequence follows exactly the law it would follow alone: its draft
+    budget, its accepted count and its correction or bonus token depend only
+    on its own rows and uniforms (the batched ops decide each sequence
+    independently). Every callback result is checked (shapes, vocabulary,
+    ``probs[b, i, tokens[b, i]] > 0`` for the tokens read, when sampling from
+    probability rows) and a mismatch raises ``ValueError`` / ``TypeError``
+    naming the callback.
+
+    Examples
+    --------
+    >>> import torch
+    >>> V = 5
+    >>> def row(prefix):                  # a toy "model": favours last token + 1
+    ...     r = torch.full((V,), 0.1)
+    ...     r[(int(prefix[-1]) + 1) % V] = 1.0
+    ...     return r
+    >>> def target_step(prefixes, proposed, rows):
+    ...     return torch.stack([torch.stack([row(torch.cat([p, t[:i]])) for i in range(len(t) + 1)])
+    ...                         for p, t in zip(prefixes, proposed)])
+    >>> def draft_step(prefixes, k, rows):  # perfect for the first sequence, wrong for the second
+    ...     return torch.stack([(p[-1] + 1 + torch.arange(k) + (b == 1)) % V
+    ...                         for p, b in zip(prefixes, rows)]), None
+    >>> dec = BatchedSpeculativeDecoder(draft_step, target_step, k=3)
+    >>> [out.tolist() for out in dec.generate([torch.tensor([0]), torch.tensor([2, 3])], max_new=4)]
+    [[0, 1, 2, 3, 4], [2, 3, 4, 0, 1, 2]]
+    >>> dec.stats.batch_rounds, dec.stats.rounds, dec.stats.histogram
+    (4, 5, [4, 0, 0, 1])
+    """
+
+    def __init__(self, draft_step: BatchedDraftStep, target_step: BatchedTargetStep, k: int = 4,
+                 greedy: bool = True, eos_token_id=None, generator: torch.Generator | None = None, *,
+                 warping: LogitsWarping | Mapping | None = None, method: str = "token") -> None:
+        super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
+                         method=method)
+
+    def generate(self, prompts, max_new: int = 128, *, attention_mask=None, on_commit=None) -> list:
+        """Decode up to ``max_new`` tokens after each prompt.
+
+        Parameters
+        ----------
+        prompts : list of 1-D tensors (or lists of int), or torch.Tensor
+            ``B`` prompts of any lengths ``n_b >= 1``; or a ``[B, n]`` integer
+            tensor, with ``attention_mask`` when it is padded.
+        max_new : int, default 128
+            Maximum number of new tokens per sequence, ``>= 0``; exactly this
+            many unless an end-of-sequence id comes first.
+        attention_mask : torch.Tensor, optional, keyword only
+            ``[B, n]`` of 0 (padding) and 1 (token) for a ``[B, n]``
+            ``prompts``: each prompt is its unmasked tokens, which must be
+            left-padded (``ValueError`` otherwise).
+        on_commit : callable, optional, keyword only
+            ``on_commit(b, tokens)`` after each round, for every sequence
+            ``b`` that emitted tokens (a 1-D int64 tensor, in order): for
+            streaming.
+
+        Returns
+        -------
+        list of torch.Tensor
+            ``B`` 1-D int64 CPU tensors: each prompt (without padding)
+            followed by its new tokens, of length ``n_b + max_new`` or less
+            when it ends at an ``eos_token_id`` (kept). Statistics of the call
+            are left in ``self.stats``.
+        """
+        return self._run(check_prompts(prompts, attention_mask), max_new, on_commit)
+
+    def __repr__(self) -> str:
+        mode = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping).mode
+        return f"BatchedSpeculativeDecoder(k={self.k}, {mode}, eos_token_id={sorted(self.eos_token_ids) or None})"

@@ -1,0 +1,255 @@
+"""Checks of the decoders' arguments and of what their callbacks return.
+
+Every malformed argument or callback result raises ``TypeError`` /
+``ValueError`` naming the argument or the callback, what it returned and the
+rule it broke, before any op reads it. One set of checks serves both
+decoders: a single sequence's results have a leading shape ``(k,)``
+(``SpeculativeDecoder``), a batch's ``(n, k)`` (``BatchedSpeculativeDecoder``).
+
+Only the Python standard library and torch are imported here.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Iterable
+
+import torch
+
+_ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------
+# Arguments
+# ----------------------------------------------------------------------------
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    # bool is an int subclass, but k=True is surely a mistake.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _integer_tensor(value, name: str, shape: str) -> torch.Tensor:
+    """``value`` (a tensor or a list of ints) as an integer tensor, or a TypeError naming ``name``."""
+    if isinstance(value, (list, tuple)):
+        value = torch.tensor(value, dtype=torch.int64)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a {shape} integer tensor, got {type(value).__name__}")
+    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {value.dtype}")
+    return value
+
+
+def check_prompt(prompt_ids, name: str = "prompt_ids") -> torch.Tensor:
+    """The prompt as a fresh 1-D int64 CPU tensor."""
+    prompt_ids = _integer_tensor(prompt_ids, name, "1-D")
+    # Accept transformers' [1, n] input_ids too: a batch of one is a sequence.
+    if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
+        prompt_ids = prompt_ids[0]
+    if prompt_ids.dim() != 1:
+        raise ValueError(f"{name} must be 1-D [n] (or [1, n]), got shape {tuple(prompt_ids.shape)}")
+    if prompt_ids.numel() == 0:
+        raise ValueError(f"{name} is empty: the target needs at least one token to condition on")
+    return prompt_ids.to(device="cpu", dtype=torch.int64).clone()
+
+
+def check_prompts(prompts, attention_mask=None) -> list:
+    """A batch of prompts as a list of fresh 1-D int64 CPU tensors.
+
+    ``prompts`` is a list of 1-D prompts (any lengths), or a ``[B, n]``
+    tensor; with ``attention_mask`` ``[B, n]`` (1 = token, 0 = padding) each
+    row's tokens are its unmasked ones, which must come last (left padding,
+    as transformers pads decoder-only batches).
+    """
+    if isinstance(prompts, torch.Tensor) or attention_mask is not None:
+        ids = _integer_tensor(prompts, "prompts", "[B, n]")
+        if ids.dim() != 2 or ids.shape[0] == 0:
+            raise ValueError(f"prompts must be a non-empty [B, n] tensor or a list of 1-D prompts, "
+                             f"got shape {tuple(ids.shape)}")
+        if attention_mask is None:
+            return [check_prompt(row, f"prompts[{b}]") for b, row in enumerate(ids)]
+        return [check_prompt(row[keep], f"prompts[{b}]")
+                for b, (row, keep) in enumerate(zip(ids, _left_padding_mask(attention_mask, ids.shape)))]
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise TypeError(f"prompts must be a non-empty list of 1-D prompts or a [B, n] tensor, "
+                        f"got {type(prompts).__name__}" + (" (empty)" if isinstance(prompts, (list, tuple)) else ""))
+    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+        raise TypeError("prompts is a list of ints: wrap a single prompt in a list ([prompt]) or use "
+                        "SpeculativeDecoder")
+    return [check_prompt(prompt, f"prompts[{b}]") for b, prompt in enumerate(prompts)]
+
+
+def _left_padding_mask(attention_mask, shape) -> torch.Tensor:
+    """``attention_mask`` as a bool ``[B, n]`` CPU tensor of the shape of the ids, left padding only."""
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a [B, n] tensor, got {type(attention_mask).__name__}")
+    if tuple(attention_mask.shape) != tuple(shape):
+        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, but the prompts (input_ids) "
+                         f"have shape {tuple(shape)}: one mask entry per token")
+    mask = attention_mask.to("cpu")
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("attention_mask must hold only 0 (padding) and 1 (token)")
+    mask = mask.bool()
+    # Left padding: once a row's tokens start, they run to the end.
+    bad = (mask[:, :-1] & ~mask[:, 1:]).any(dim=1).nonzero()
+    if len(bad):
+        b = int(bad[0, 0])
+        raise ValueError(
+            f"attention_mask[{b}] = {mask[b].int().tolist()} is not left padding (zeros, then ones): pad "
+            f"decoder-only batches on the left (tokenizer.padding_side = 'left'), so that every prompt ends "
+            f"where the new tokens begin"
+        )
+    return mask
+
+
+def eos_set(eos_token_id) -> frozenset:
+    # None: no end-of-sequence stop. An int or an iterable of ints (as in
+    # transformers' generation_config.eos_token_id) are both accepted.
+    if eos_token_id is None:
+        return frozenset()
+    if isinstance(eos_token_id, torch.Tensor):
+        eos_token_id = eos_token_id.flatten().tolist()
+    if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool):
+        return frozenset([eos_token_id])
+    if isinstance(eos_token_id, Iterable):
+        ids = list(eos_token_id)
+        if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return frozenset(ids)
+    raise TypeError(f"eos_token_id must be None, an int or a list of ints, got {eos_token_id!r}")
+
+
+# ----------------------------------------------------------------------------
+# Callback results; ``lead`` is (k,) for one sequence, (n, k) for a batch
+# ----------------------------------------------------------------------------
+
+
+def as_tokens(value, where: str) -> torch.Tensor:
+    """Callback tokens as an int64 CPU tensor, or a clear error."""
+    if isinstance(value, (list, tuple)):
+        # Checked element by element: torch.tensor(..., dtype=int64) would
+        # silently truncate a float (1.7 -> 1) and wrap nothing else.
+        flat = [v for row in value for v in (row if isinstance(row, (list, tuple)) else [row])]
+        bad = [v for v in flat if isinstance(v, bool) or not isinstance(v, numbers.Integral)]
+        if bad:
+            raise TypeError(f"{where} returned tokens that are not integers: {bad[0]!r}")
+        try:
+            value = torch.tensor(value, dtype=torch.int64)
+        except (TypeError, ValueError, OverflowError, RuntimeError) as err:
+            raise TypeError(f"{where} returned tokens that are not int64 token ids: {err}") from None
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{where} returned tokens of type {type(value).__name__}, expected an int tensor")
+    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        raise TypeError(f"{where} returned tokens of dtype {value.dtype}, expected int64 or int32")
+    _check_has_values(value, where, "tokens")
+    return value.to(device="cpu", dtype=torch.int64)
+
+
+def _check_has_values(value: torch.Tensor, where: str, what: str) -> None:
+    # A meta tensor holds a shape but no values: nothing to decode with.
+    if value.is_meta:
+        raise ValueError(f"{where} returned {what} as a meta tensor, which holds no values")
+
+
+def check_rows(value, where: str, what: str, lead: tuple, expected: str) -> torch.Tensor:
+    """A callback's float rows ``[*lead, V]``, or an error naming the callback and ``what``."""
+    layout = "[rows, V]" if len(lead) == 1 else "[sequences, rows, V]"
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{where} returned {what} of type {type(value).__name__}, expected a {layout} float tensor")
+    if value.dtype not in _ROW_DTYPES:
+        raise TypeError(f"{where} returned {what} of dtype {value.dtype}, expected float32, float16 or bfloat16")
+    if value.dim() != len(lead) + 1:
+        raise ValueError(f"{where} returned {what} of shape {tuple(value.shape)}, expected "
+                         f"{len(lead) + 1}-D {layout}")
+    if tuple(value.shape[:-1]) != tuple(lead):
+        raise ValueError(f"{where} returned {what} of shape {tuple(value.shape)}: expected {expected}")
+    _check_has_values(value, where, what)
+    return value
+
+
+def check_draft_result(result, where: str, lead: tuple, rows_name: str, needs_rows: bool):
+    """``draft_step``'s ``(tokens [*lead], rows [*lead, V] or None)``, checked."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(
+            f"{where} must return a pair (tokens, {rows_name}), got {type(result).__name__}"
+            + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
+        )
+    tokens = as_tokens(result[0], where)
+    if tuple(tokens.shape) != tuple(lead):
+        raise ValueError(f"{where} returned tokens of shape {tuple(tokens.shape)}, expected {tuple(lead)}")
+    rows = result[1]
+    if rows is None:
+        if needs_rows:
+            k = "k" if len(lead) == 1 else "n, k"
+            drawn = (f"the distribution [{k}, V] each token was sampled from" if rows_name == "probs"
+                     else f"the logits [{k}, V] each token was drawn from (with sample_draft, same warping)")
+            raise ValueError(
+                f"{where} returned {rows_name}=None, but sampled verification (greedy=False) needs {drawn}"
+            )
+        return tokens, None
+    expected = f"{lead[-1]} rows, one per token" if len(lead) == 1 else f"[{lead[0]}, {lead[1]}, V], one row per token"
+    return tokens, check_rows(rows, where, rows_name, lead, expected)
+
+
+def check_draft_ids(tokens: torch.Tensor, budgets: list, vocab: int, where: str):
+    """The draft token ids a sequence will have read (``tokens[b, :budgets[b]]``) inside ``[0, V)``.
+
+    Returns the ``[n, K]`` mask of those positions, or None when every
+    sequence reads all ``K`` (the usual case: no mask needed).
+    """
+    k_round = tokens.shape[1]
+    read = None if min(budgets) == k_round else torch.arange(k_round).view(1, -1) < torch.tensor(budgets).view(-1, 1)
+    if max(budgets) > 0:
+        lo, hi = (int(x) for x in torch.aminmax(tokens if read is None else tokens[read]))
+        if lo < 0 or hi >= vocab:
+            raise ValueError(
+                f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
+            )
+    return read
+
+
+def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, vocab: int, where: str,
+                               rows_name: str, sampled_probs: bool, batched: bool) -> None:
+    """The draft tokens a sequence will have read (``tokens[b, :budgets[b]]``) inside the
+    target's vocabulary, draft rows over it; when sampling from probability
+    rows, each such token of positive draft mass.
+
+    ``tokens`` is ``[n, K]``; a single sequence (``batched=False``) passes
+    ``n = 1`` and is named without its batch index.
+    """
+    name = (lambda b, i: f"[{b}, {i}]") if batched else (lambda b, i: f"[{i}]")  # noqa: E731
+    read = check_draft_ids(tokens, budgets, vocab, where)
+    if draft_rows is None:
+        return
+    if draft_rows.shape[-1] != vocab:
+        raise ValueError(
+            f"{where} returned {rows_name} over V = {draft_rows.shape[-1]} tokens, but target_step "
+            f"returned V = {vocab}: draft and target must share one vocabulary"
+        )
+    if not sampled_probs or max(budgets) == 0:
+        return  # greedy never reads the draft rows; verify_logits checks the warped support itself
+    rows3 = draft_rows.view(tokens.shape[0], tokens.shape[1], -1)
+    picked = rows3.gather(2, tokens.to(rows3.device).unsqueeze(-1)).squeeze(-1)
+    zero = ((picked <= 0) if read is None else (picked <= 0) & read.to(picked.device)).nonzero()
+    if len(zero):
+        b, i = int(zero[0, 0]), int(zero[0, 1])
+        token = int(tokens[b, i])
+        raise ValueError(
+            f"{where} returned tokens{name(b, i)} = {token} with probs{name(b, i)[:-1]}, {token}] = "
+            f"{float(picked[b, i])}: probs must be the distribution the tokens were sampled from"
+        )
+
+
+def same_dtype(target_rows: torch.Tensor, draft_rows):
+    """The sampled ops want both row tensors on one dtype and device; ``[*, K+1, V]`` target rows."""
+    if draft_rows is None:
+        # Only when nothing was drafted (last token): the op wants [..., 0, V].
+        shape = (*target_rows.shape[:-2], 0, target_rows.shape[-1])
+        return target_rows, target_rows.new_empty(shape)
+    if draft_rows.dtype != target_rows.dtype:
+        # float32 holds all three accepted dtypes exactly: nothing is lost.
+        target_rows, draft_rows = target_rows.float(), draft_rows.float()
+    return target_rows, draft_rows.to(target_rows.device)
