@@ -184,6 +184,32 @@ def test_sampled_runs_follow_the_seed_and_the_warped_support(hf):
             assert seq[i] in torch.topk(logits[i - 1], 3).indices.tolist(), (b, i)
 
 
+@torch.no_grad()
+def test_block_verification_is_the_decoders_block_method(hf, sv):
+    # Oracle: the kernel's batched decoder run directly (its block law is
+    # tested in test_batched_decoder.py); same seed, same draws, same tokens.
+    # The token-wise run under the same seed differs, so the option is not ignored.
+    tokenizer, draft, target = hf
+    batch = tokenizer(PROMPTS[:3], return_tensors="pt", padding=True)
+    warping = dict(temperature=0.8, top_k=8, top_p=1.0, min_p=0.0)
+    width = batch.input_ids.shape[1]
+    torch.manual_seed(11)
+    out = ours(target, draft, batch, max_new_tokens=24, do_sample=True, temperature=0.8, top_k=8,
+               num_assistant_tokens=3, verification="block")
+    direct = {}
+    for method in ("block", "token"):
+        torch.manual_seed(11)
+        steps = sv.hf_batched_step_pair(draft, target, **warping, pad_token_id=tokenizer.pad_token_id or 0)
+        decoder = sv.BatchedSpeculativeDecoder(*steps, k=3, greedy=False, method=method)
+        rows = decoder.generate(batch.input_ids, 24, attention_mask=batch.attention_mask)
+        direct[method] = [row[int(m.sum()):].tolist() for row, m in zip(rows, batch.attention_mask)]
+    for b in range(3):
+        assert out[b, width:width + len(direct["block"][b])].tolist() == direct["block"][b], b
+    assert direct["block"] != direct["token"]
+    with pytest.raises(ValueError, match=r'verification must be "token" or "block", got \'tree\''):
+        ours(target, draft, batch, max_new_tokens=4, verification="tree")
+
+
 def test_streamer_and_return_dict(hf):
     tokenizer, draft, target = hf
     batch = tokenizer(PROMPTS[:1], return_tensors="pt")

@@ -40,7 +40,7 @@ def load_kernel():
 
 
 def generate(model, input_ids=None, attention_mask=None, assistant_model=None, generation_config=None,
-             streamer=None, inputs=None, decode_stats=None, **kwargs):
+             streamer=None, inputs=None, decode_stats=None, verification="token", **kwargs):
     """``generate()`` with batched speculative decoding; see the module docstring and the README.
 
     Parameters
@@ -66,6 +66,11 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
         ``generate()``'s first positional argument: the same as ``input_ids``.
     decode_stats : list, optional
         If given, the kernel's ``DecodeStats`` of the run is appended to it.
+    verification : {"token", "block"}
+        How sampled rounds are verified: token-wise rejection sampling
+        (``"token"``, the default) or block verification (``"block"``, Sun et
+        al. 2024: the same law, never fewer accepted tokens in expectation).
+        Greedy decoding ignores it.
 
     Returns
     -------
@@ -81,7 +86,7 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
                                                           "prefix_allowed_tokens_fn", "negative_prompt_ids",
                                                           "negative_prompt_attention_mask")}
     options = resolve(model, assistant_model, input_ids if input_ids is not None else inputs, attention_mask,
-                      generation_config, named, kwargs)
+                      generation_config, named, kwargs, verification)
     if streamer is not None and options.input_ids.shape[0] > 1:
         raise ValueError(f"streamer with a batch of {options.input_ids.shape[0]}: streamers take one sequence "
                          f"(transformers' TextStreamer refuses batches too); stream one prompt at a time")
@@ -106,7 +111,7 @@ def _decode(model, assistant_model, options: Options, streamer):
         pad_token_id=options.pad_token_id if options.pad_token_id is not None else 0,
     )
     decoder = sv.BatchedSpeculativeDecoder(draft_step, target_step, k=options.k, greedy=options.greedy,
-                                           eos_token_id=options.eos_token_id)
+                                           eos_token_id=options.eos_token_id, method=options.verification)
     on_commit = None
     if streamer is not None:
         streamer.put(options.input_ids.cpu())

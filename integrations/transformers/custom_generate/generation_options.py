@@ -9,7 +9,8 @@ transformers' global defaults), keeps what this method honours, and raises a
 Honoured: ``max_new_tokens`` / ``max_length``, ``do_sample``,
 ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``eos_token_id``,
 ``pad_token_id``, ``num_assistant_tokens`` (the draft length k),
-``return_dict_in_generate`` (``sequences`` only), ``streamer`` (batch size 1).
+``return_dict_in_generate`` (``sequences`` only), ``streamer`` (batch size 1);
+and this method's own ``verification`` (``"token"`` or ``"block"``).
 """
 
 from __future__ import annotations
@@ -93,11 +94,17 @@ class Options:
     eos_token_id: list  # possibly empty
     pad_token_id: int | None  # fills finished rows; None only when nothing can finish early
     return_dict: bool
+    verification: str  # "token" or "block": the kernel's sampled verifier
+
+
+VERIFICATIONS = ("token", "block")
 
 
 def resolve(model, assistant_model, input_ids, attention_mask, generation_config, arguments: dict,
-            kwargs: dict) -> Options:
+            kwargs: dict, verification: str = "token") -> Options:
     """Check and resolve one call; ``arguments`` are generate()'s named ones, ``kwargs`` the rest."""
+    if not isinstance(verification, str) or verification not in VERIFICATIONS:
+        raise ValueError(f'verification must be "token" or "block", got {verification!r}')
     _check_models(model, assistant_model)
     off = [name for name in _ARGUMENTS_OFF if arguments.get(name) not in (None, [], ())]
     if arguments.get("synced_gpus"):
@@ -126,7 +133,8 @@ def resolve(model, assistant_model, input_ids, attention_mask, generation_config
                    min_p=float(config.min_p or 0.0))
     return Options(input_ids=ids, attention_mask=mask, max_new=max(0, int(max_new)),
                    k=_draft_length(kwargs, generation_config, assistant_model, greedy), greedy=greedy, warping=warping,
-                   eos_token_id=eos, pad_token_id=pad, return_dict=bool(config.return_dict_in_generate))
+                   eos_token_id=eos, pad_token_id=pad, return_dict=bool(config.return_dict_in_generate),
+                   verification=verification)
 
 
 # ----------------------------------------------------------------------------
