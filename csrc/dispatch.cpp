@@ -10,10 +10,26 @@
 namespace spec_verify {
 namespace {
 
+#if defined(SV_HAVE_AVX512) || defined(SV_HAVE_AVX2)
+// ATen's choice, lowered to what this CPU can run. ATen detects the CPU when
+// ATEN_CPU_CAPABILITY is unset, but takes the variable at its word: asked for
+// avx512 on a CPU without it, it says "AVX512", and our AVX-512 table would die
+// of SIGILL. The flags are the target pragmas of csrc/cpu/isa_*.cpp.
+std::string runnable_capability() {
+  std::string capability = at::get_cpu_capability();
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (capability == "AVX512" && !avx512) capability = "AVX2";
+  if (capability == "AVX2" && !avx2) capability = "DEFAULT";
+  return capability;
+}
+#endif
+
 const KernelTable& select_kernels() {
 #if defined(SV_HAVE_AVX512) || defined(SV_HAVE_AVX2)
-  // ATen's own choice: what the CPU supports, capped by ATEN_CPU_CAPABILITY.
-  const std::string capability = at::get_cpu_capability();
+  const std::string capability = runnable_capability();
 #endif
 #if defined(SV_HAVE_AVX512) && defined(SV_HAVE_AVX2)
   if (capability == "AVX512") {

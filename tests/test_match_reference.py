@@ -360,12 +360,34 @@ ISA_SCRIPTS = {
 }
 
 
+# The CPU flags each x86 ISA build needs (the target pragmas in csrc/cpu/isa_*.cpp).
+ISA_CPU_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"}}
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def check_isa_script(sv, capability: str, script: str) -> None:
     """Run `script` in a fresh process with ATEN_CPU_CAPABILITY=capability; assert it
-    ran that ISA and found no mismatch. Skips an ISA this machine's build does not compile."""
+    ran that ISA and found no mismatch. Skips an ISA this machine's build does not
+    compile, or its CPU cannot run: ATen takes ATEN_CPU_CAPABILITY=avx512 at its word,
+    so on a CPU without AVX-512 torch's own kernels die of SIGILL in the child (seen in
+    CI), before ours run."""
     compiled = sv.build_info()["compiled"].lower().split(",")
     if capability not in compiled:
         pytest.skip(f"{capability} is not compiled on this machine")
+    missing = ISA_CPU_FLAGS.get(capability, set()) - cpu_flags()
+    if missing:
+        pytest.skip(f"{capability} is compiled but this CPU lacks {sorted(missing)}")
     # The repository root on the path: the script imports tools.kernel_loader, which
     # loads the same build/ as this process (SPEC_VERIFY_ROOT is inherited).
     path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
