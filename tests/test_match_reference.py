@@ -376,6 +376,24 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+ISA_RANK = {"default": 0, "avx2": 1, "avx512": 2}
+
+
+def cpu_cannot_run(capability: str) -> str | None:
+    """Why this CPU cannot run `capability`, or None. Two witnesses: the kernel's
+    flags in /proc/cpuinfo, and ATen's own detection (CPUID), which is what an
+    emulated CPU (qemu-x86_64 -cpu Haswell) answers truthfully; ATen's only when
+    ATEN_CPU_CAPABILITY does not override it in this process."""
+    missing = ISA_CPU_FLAGS.get(capability, set()) - cpu_flags()
+    if missing:
+        return f"this CPU lacks {sorted(missing)}"
+    if "ATEN_CPU_CAPABILITY" not in os.environ:
+        native = torch.backends.cpu.get_cpu_capability().lower()
+        if ISA_RANK.get(native, 99) < ISA_RANK.get(capability, 0):
+            return f"ATen detects {native} on this CPU"
+    return None
+
+
 def check_isa_script(sv, capability: str, script: str) -> None:
     """Run `script` in a fresh process with ATEN_CPU_CAPABILITY=capability; assert it
     ran that ISA and found no mismatch. Skips an ISA this machine's build does not
@@ -385,9 +403,9 @@ def check_isa_script(sv, capability: str, script: str) -> None:
     compiled = sv.build_info()["compiled"].lower().split(",")
     if capability not in compiled:
         pytest.skip(f"{capability} is not compiled on this machine")
-    missing = ISA_CPU_FLAGS.get(capability, set()) - cpu_flags()
-    if missing:
-        pytest.skip(f"{capability} is compiled but this CPU lacks {sorted(missing)}")
+    lacking = cpu_cannot_run(capability)
+    if lacking:
+        pytest.skip(f"{capability} is compiled but {lacking}")
     # The repository root on the path: the script imports tools.kernel_loader, which
     # loads the same build/ as this process (SPEC_VERIFY_ROOT is inherited).
     path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
