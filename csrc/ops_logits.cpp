@@ -64,6 +64,8 @@ class LogitRows {
 
   int64_t draw_last_residual(int64_t /*seq*/, double u) { return draw_residual(u); }
 
+  int64_t bonus_argmax(int64_t seq, int64_t k) const { return target_argmax(seq, k); }
+
   int64_t draw_bonus(int64_t seq, int64_t k, double u) {
     warp_row(target_.row(seq, k), vocab_, warp_, "target_logits", seq, k, ws_.target, ws_);
     return draw_warped(ws_.target, u, vocab_);

@@ -47,6 +47,15 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
       "verify_block_batched(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
       "Tensor? num_draft_tokens=None, Tensor? uniforms=None, Generator? generator=None) "
       "-> (Tensor, Tensor)");
+  // The ragged forms: vLLM's flattened layout, read in place (DESIGN.md,
+  // "Ragged layout"). draft_probs None: a point-mass draft.
+  m.def(
+      "verify_greedy_ragged(Tensor target_probs, Tensor draft_tokens, Tensor cu_num_draft_tokens, "
+      "Tensor? bonus_tokens=None) -> (Tensor, Tensor)");
+  m.def(
+      "verify_sampled_ragged(Tensor target_probs, Tensor? draft_probs, Tensor draft_tokens, "
+      "Tensor cu_num_draft_tokens, Tensor? bonus_tokens=None, Tensor? uniforms=None, "
+      "Generator? generator=None) -> (Tensor, Tensor)");
   // No tensors in or out: registered for every backend.
   m.def("build_info() -> str", &spec_verify::build_info);
   // Logits in: temperature, top-k, top-p, min-p applied to draft and target
@@ -82,6 +91,8 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("verify_block", &spec_verify::verify_block);
   m.impl("verify_block_ints", &spec_verify::verify_block_ints);
   m.impl("verify_block_batched", &spec_verify::verify_block_batched);
+  m.impl("verify_greedy_ragged", &spec_verify::verify_greedy_ragged);
+  m.impl("verify_sampled_ragged", &spec_verify::verify_sampled_ragged);
   m.impl("verify_logits", &spec_verify::verify_logits);
   m.impl("verify_logits_ints", &spec_verify::verify_logits_ints);
   m.impl("verify_logits_batched", &spec_verify::verify_logits_batched);

@@ -11,7 +11,7 @@ token after a rejection, the bonus token after a full acceptance).
 
 This file is the package's face: it re-exports, nothing else. Where things live:
 
-* ``verify.py``     probability rows in: ``verify_greedy``, ``verify_sampled``, batched forms
+* ``verify.py``     probability rows in: ``verify_greedy``, ``verify_sampled``, batched and ragged forms
 * ``logits.py``     logits in: ``verify_logits``, ``sample_draft``, ``warp_probs``
 * ``reference.py``  the pure-torch reference of every op (one decision stack)
 * ``warping.py``    the definition of the warping (temperature, top-k, top-p, min-p)
@@ -50,8 +50,10 @@ from .verify import (
     verify_block_batched,
     verify_greedy,
     verify_greedy_batched,
+    verify_greedy_ragged,
     verify_sampled,
     verify_sampled_batched,
+    verify_sampled_ragged,
 )
 
 __all__ = [
@@ -62,6 +64,8 @@ __all__ = [
     "verify_sampled_batched",
     "verify_block",
     "verify_block_batched",
+    "verify_greedy_ragged",
+    "verify_sampled_ragged",
     # Logits in
     "verify_logits",
     "verify_logits_batched",

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import (
+    RAGGED_UNIFORMS,
+    check_ragged,
     check_rows_tensor,
     check_same_device,
     check_sequences,
@@ -77,6 +79,27 @@ def _verify_sampled_batched_fake(
 # Block verification takes exactly verify_sampled's arguments: the same fakes.
 torch.library.register_fake(add_op_namespace_prefix("verify_block"))(_verify_sampled_fake)
 torch.library.register_fake(add_op_namespace_prefix("verify_block_batched"))(_verify_sampled_batched_fake)
+
+
+# The ragged forms (vLLM's flattened layout): B = cu_num_draft_tokens.shape[0].
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_greedy_ragged"))
+def _verify_greedy_ragged_fake(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens=None):
+    shape = check_ragged(target_probs, None, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_probs", draft_name="draft_probs", read_values=False)
+    return _pair(target_probs, shape.batch)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_sampled_ragged"))
+def _verify_sampled_ragged_fake(target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens=None,
+                                uniforms=None, generator=None):
+    shape = check_ragged(target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_probs", draft_name="draft_probs", read_values=False)
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (shape.total + shape.batch,), RAGGED_UNIFORMS)
+        check_same_device(target_probs=target_probs, uniforms=uniforms)
+    return _pair(target_probs, shape.batch)
 
 
 # ----------------------------------------------------------------------------
