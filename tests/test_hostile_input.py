@@ -45,6 +45,10 @@ SIGNATURES = {
     "verify_block": (["target_probs", "draft_probs", "draft_tokens"], ["generator", "uniforms"]),
     "verify_block_batched": (["target_probs", "draft_probs", "draft_tokens", "num_draft_tokens"],
                              ["generator", "uniforms"]),
+    # The ragged forms (vLLM's flat layout); draft_probs None is a point-mass draft.
+    "verify_greedy_ragged": (["target_probs", "draft_tokens", "cu_num_draft_tokens", "bonus_tokens"], []),
+    "verify_sampled_ragged": (["target_probs", "draft_probs", "draft_tokens", "cu_num_draft_tokens", "bonus_tokens"],
+                              ["generator", "uniforms"]),
     "sample_draft": (["draft_logits"], ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
     "warp_probs": (["logits"], ["temperature", "top_k", "top_p", "min_p", "normalize"]),
 }
@@ -129,6 +133,19 @@ def _hostile(name: str, value, shape, draw):
         if draw(st.booleans()):
             return _bad_ids(value, vocab, draw)
         return draw(st.sampled_from(_tensor_mutations(value)))
+    if name == "cu_num_draft_tokens":
+        if draw(st.booleans()) and value.numel():
+            c = value.clone()
+            c[draw(st.integers(0, c.numel() - 1))] += draw(st.sampled_from([-1, 1, -2**40, 2**40]))
+            return c
+        return draw(st.sampled_from(_tensor_mutations(value)))
+    if name == "bonus_tokens":
+        ids = value if value is not None else torch.zeros(batch, dtype=torch.long)
+        if draw(st.booleans()):
+            return _bad_ids(ids, vocab, draw)
+        return draw(st.sampled_from(_tensor_mutations(ids)))
+    if value is None:  # the point-mass draft's absent rows
+        return draw(st.sampled_from([torch.rand(k, vocab), torch.rand(3, vocab), [[0.5]], "rows"]))
     # rows: target_*, draft_*, logits
     if draw(st.booleans()):
         return _poisoned_rows(value, draw)
@@ -166,11 +183,31 @@ def _valid(sv, op: str, draw, gen):
             "uniforms": uniforms if draw(st.booleans()) else None, "generator": None,
             "draft_logits": draft if op != "sample_draft" else target.reshape(-1, vocab),
             "logits": target, "normalize": draw(st.booleans()), **warp}
+    if op.endswith("ragged"):
+        _ragged_pool(pool, draw, gen, vocab, dtype, batch=draw(st.integers(0, 4)), k=k)
     if op == "sample_draft" and pool["uniforms"] is not None:
         pool["uniforms"] = torch.rand(target.reshape(-1, vocab).shape[0], generator=gen, dtype=torch.float64)
     positional, keywords = SIGNATURES[op]
     args = {name: pool[name] for name in positional + keywords}
     return args, (batch, k, vocab)
+
+
+def _ragged_pool(pool, draw, gen, vocab, dtype, batch, k):
+    # B sequences of 0..k draft tokens, flat: target [T+B, V] (or [T, V] with
+    # bonus_tokens), draft [T, V] or None (a point-mass draft), ids [T], uniforms [T+B].
+    counts = torch.randint(0, k + 1, (batch,), generator=gen)
+    total = int(counts.sum())
+    bonus = torch.randint(0, vocab, (batch,), generator=gen) if draw(st.booleans()) else None
+    rows = total if bonus is not None else total + batch
+    pool.update({
+        "target_probs": (torch.rand(rows, vocab, generator=gen) + 0.01).to(dtype),
+        "draft_probs": (torch.rand(total, vocab, generator=gen) + 0.01).to(dtype) if draw(st.booleans()) else None,
+        "draft_tokens": torch.randint(0, vocab, (total,), generator=gen).to(draw(st.sampled_from([torch.int64,
+                                                                                                  torch.int32]))),
+        "cu_num_draft_tokens": counts.cumsum(0).to(draw(st.sampled_from([torch.int64, torch.int32]))),
+        "bonus_tokens": bonus,
+        "uniforms": torch.rand(total + batch, generator=gen, dtype=torch.float64) if draw(st.booleans()) else None,
+    })
 
 
 def _run(fn, args, op, seed):

@@ -105,13 +105,29 @@ def _logits_args(sv):
     return target, draft, tokens, u
 
 
+def _ragged_args():
+    """Three sequences (k = 3, 0, 1) laid out flat: target [T+B, V], draft [T, V], ids [T],
+    cu [B], bonus [B], uniforms [T+B]."""
+    gen = torch.Generator().manual_seed(1)
+    target = torch.rand(7, 37, generator=gen)
+    draft = torch.rand(4, 37, generator=gen)
+    tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+    cu, bonus = torch.tensor([3, 3, 4]), torch.tensor([5, 0, 36])
+    return target, draft, tokens, cu, bonus, torch.rand(7, dtype=torch.float64, generator=gen)
+
+
 def _tensor_op_cases(sv):
     """Op name -> argument tuples, for the ops with tensor outputs (and fake implementations)."""
     target, draft, tokens, uniforms = _sample_args()
     b_target, b_draft, b_tokens = target.repeat(3, 1, 1), draft.repeat(3, 1, 1), tokens.repeat(3, 1)
     counts, b_uniforms = torch.tensor([4, 0, 2]), uniforms.repeat(3, 1)
     lt, ld, ltok, lu = _logits_args(sv)
+    r_target, r_draft, r_tokens, r_cu, r_bonus, r_u = _ragged_args()
     return {
+        "verify_greedy_ragged": [(r_target, r_tokens, r_cu, None),
+                                 (r_target[:4].half(), r_tokens.int(), r_cu.int(), r_bonus)],
+        "verify_sampled_ragged": [(r_target, r_draft, r_tokens, r_cu, None, r_u, None),
+                                  (r_target[:4].bfloat16(), None, r_tokens, r_cu.int(), r_bonus.int(), r_u, None)],
         "verify_greedy": [(target, tokens), (target.half(), tokens.int())],
         "verify_sampled": [(target, draft, tokens, uniforms, None),
                            (target.bfloat16(), draft.bfloat16(), tokens, uniforms, None)],
@@ -137,7 +153,7 @@ INT_OPS = {"verify_greedy_ints": "verify_greedy", "verify_sampled_ints": "verify
 # No tensor in or out (a string): nothing to trace or compare under aot_dispatch.
 NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "test_faketensor")}
 TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
-              "verify_block", "verify_block_batched",
+              "verify_block", "verify_block_batched", "verify_greedy_ragged", "verify_sampled_ragged",
               "verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
 EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
 
@@ -177,7 +193,11 @@ def _fake_shapes_probs(sv, mode):
     block = sv.ops.verify_block(target, draft, tokens, uniforms, None)
     block_batched = sv.ops.verify_block_batched(target.repeat(4, 1, 1), draft.repeat(4, 1, 1), tokens.repeat(4, 1),
                                                 None, None, None)
-    return out, batched, [(block, (2,), torch.int64)] + [(t, (4,), torch.int64) for t in block_batched]
+    r_target, r_draft, r_tokens, r_cu, r_bonus, r_u = (mode.from_tensor(t) for t in _ragged_args())
+    ragged = [*sv.ops.verify_greedy_ragged(r_target, r_tokens, r_cu, None),
+              *sv.ops.verify_sampled_ragged(r_target[:4], None, r_tokens, r_cu, r_bonus, r_u, None)]
+    return out, batched, ([(block, (2,), torch.int64)] + [(t, (4,), torch.int64) for t in block_batched]
+                          + [(t, (3,), torch.int64) for t in ragged])
 
 
 def _fake_shapes_logits(sv, mode):
@@ -267,6 +287,36 @@ def test_ops_compile_with_fullgraph(sv, name):
     assert compiled(target, draft, tokens, uniforms).tolist() == list(
         OPS[name.split("-")[0]].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
     )
+
+
+def test_ragged_ops_compile_with_fullgraph(sv):
+    target, draft, tokens, cu, bonus, u = _ragged_args()
+
+    def decide(target, draft, tokens, cu, bonus, u):
+        greedy = sv.ops.verify_greedy_ragged(target, tokens, cu, None)
+        sampled = sv.ops.verify_sampled_ragged(target, draft, tokens, cu, None, u, None)
+        point_mass = sv.ops.verify_sampled_ragged(target[:4], None, tokens, cu, bonus, u, None)
+        return torch.stack([*greedy, *sampled, *point_mass]) + 0
+
+    compiled = torch.compile(decide, fullgraph=True, backend="eager")
+    want = torch.stack([*sv.verify_greedy_ragged(target, tokens, cu),
+                        *sv.verify_sampled_ragged(target, draft, tokens, cu, uniforms=u),
+                        *sv.verify_sampled_ragged(target[:4], None, tokens, cu, bonus, uniforms=u)])
+    assert torch.equal(compiled(target, draft, tokens, cu, bonus, u), want)
+
+
+def test_fakes_refuse_bad_ragged_layouts(sv):
+    target, draft, tokens, cu, bonus, u = _ragged_args()
+    with FakeTensorMode() as mode:
+        t, d, ids, c, bo, uu = (mode.from_tensor(x) for x in (target, draft, tokens, cu, bonus, u))
+        with pytest.raises(ValueError, match="T\\+B = 7 rows"):
+            sv.ops.verify_greedy_ragged(t[:4], ids, c, None)
+        with pytest.raises(ValueError, match="T = 4 rows"):
+            sv.ops.verify_greedy_ragged(t, ids, c, bo)
+        with pytest.raises(ValueError, match="uniforms must have shape \\[7\\]"):
+            sv.ops.verify_sampled_ragged(t, d, ids, c, None, uu[:6], None)
+        with pytest.raises(ValueError, match="bonus_tokens must have B = 3"):
+            sv.ops.verify_sampled_ragged(t[:4], None, ids, c, bo[:2], uu, None)
 
 
 @pytest.mark.parametrize("name", ["greedy", "logits"])
