@@ -358,29 +358,41 @@ class GivenBonus : public Base {
   int64_t bonus_;
 };
 
-// A ragged verify op end to end: the layout checked (check_ragged_args), the
-// uniforms -- all T+B up front, in flat order, when `draw` (else none drawn;
-// given ones are validated) -- then sequence b decided, in parallel, by the
-// greedy loop if greedy_of(b), else the sampling loop, over
+// What a ragged op decides per sequence, beyond the layout: whether it
+// draws uniforms at all, whether sequence b is greedy, and the extra
+// arguments of its row source (a tuple). The probability ops' plan: one
+// mode for every sequence, no extra arguments.
+struct SameForAll {
+  bool greedy;
+  bool draw() const { return !greedy; }
+  bool greedy_at(int64_t /*b*/) const { return greedy; }
+  std::tuple<> extra(int64_t /*b*/) const { return {}; }
+};
+
+// A ragged verify op end to end: the layout checked (check_ragged_args);
+// then plan = setup(layout), the op's own per-sequence arguments checked
+// against B (SameForAll, or the logits ops' per-sequence warping); the
+// uniforms -- all T+B up front, in flat order, when plan.draw() (else none
+// drawn; given ones are validated); then sequence b decided, in parallel, by
+// the greedy loop if plan.greedy_at(b), else the sampling loop, over
 // GivenBonus<Source<scalar_t>>(bonus_b, target_view_b, draft_view_b, V,
-// extra...) with extra... = extra_of(b) (a tuple: a per-sequence Warp for
-// logits, nothing for probabilities). The views are the flat rows from the
-// sequence's start (RowView::from), so sequence b runs exactly as the single
-// op on its own slice. `draft_in` null: greedy, or a point-mass draft.
-template <template <typename> class Source, typename GreedyOf, typename ExtraOf>
+// plan.extra(b)...). The views are the flat rows from the sequence's start
+// (RowView::from), so sequence b runs exactly as the single op on its own
+// slice. `draft_in` null: greedy, or a point-mass draft.
+template <template <typename> class Source, typename Setup>
 std::tuple<at::Tensor, at::Tensor> run_verify_ragged(const char* target_name, const at::Tensor& target_in,
                                                      const char* draft_name, const at::Tensor* draft_in,
                                                      const at::Tensor& draft_tokens, const at::Tensor& cu,
                                                      const std::optional<at::Tensor>& bonus_tokens,
                                                      const std::optional<at::Tensor>& uniforms,
-                                                     const std::optional<at::Generator>& generator, bool draw,
-                                                     GreedyOf&& greedy_of, ExtraOf&& extra_of) {
+                                                     const std::optional<at::Generator>& generator, Setup&& setup) {
   const RaggedLayout layout =
       check_ragged_args(target_name, target_in, draft_name, draft_in, draft_tokens, cu, bonus_tokens);
+  const auto plan = setup(layout);
   std::vector<double> u;
-  if (draw || uniforms.has_value()) {
+  if (plan.draw() || uniforms.has_value()) {
     u.resize(layout.total + layout.batch);
-    take_uniforms(uniforms, generator, draw, {layout.total + layout.batch}, u.data(),
+    take_uniforms(uniforms, generator, plan.draw(), {layout.total + layout.batch}, u.data(),
                   "one per draft token plus one final draw per sequence: T+B");
   }
   const IntView tokens(draft_tokens);
@@ -400,10 +412,10 @@ std::tuple<at::Tensor, at::Tensor> run_verify_ragged(const char* target_name, co
             GivenBonus<Source<scalar_t>> rows(bonus ? bonus->at(-1, b) : -1,
                                               target_rows.from(layout.target_start(b)),
                                               draft_rows.from(layout.draft_start(b)), layout.vocab, extra...);
-            if (greedy_of(b)) return greedy_sequence(rows, seq_tokens, b, k);
+            if (plan.greedy_at(b)) return greedy_sequence(rows, seq_tokens, b, k);
             return sampled_sequence(rows, seq_tokens, b, k, u.data() + layout.uniform_start(b));
           },
-          extra_of(b));
+          plan.extra(b));
     });
   });
 }

@@ -251,17 +251,13 @@ std::tuple<at::Tensor, at::Tensor> verify_block_batched(
 // The ragged ops (vLLM's flattened layout; decide.h, run_verify_ragged)
 // ============================================================================
 
-namespace {
-std::tuple<> no_extra(int64_t /*b*/) { return {}; }
-}  // namespace
-
 std::tuple<at::Tensor, at::Tensor> verify_greedy_ragged(const at::Tensor& target_probs,
                                                         const at::Tensor& draft_tokens,
                                                         const at::Tensor& cu_num_draft_tokens,
                                                         const std::optional<at::Tensor>& bonus_tokens) {
   return run_verify_ragged<ProbRows>("target_probs", target_probs, "draft_probs", nullptr, draft_tokens,
                                      cu_num_draft_tokens, bonus_tokens, std::nullopt, std::nullopt,
-                                     /*draw=*/false, [](int64_t) { return true; }, no_extra);
+                                     [](const RaggedLayout&) { return SameForAll{/*greedy=*/true}; });
 }
 
 // draft_probs absent: a point-mass draft (ProbRows, OneHotRow).
@@ -271,8 +267,8 @@ std::tuple<at::Tensor, at::Tensor> verify_sampled_ragged(
     const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator) {
   return run_verify_ragged<ProbRows>("target_probs", target_probs, "draft_probs",
                                      draft_probs.has_value() ? &*draft_probs : nullptr, draft_tokens,
-                                     cu_num_draft_tokens, bonus_tokens, uniforms, generator, /*draw=*/true,
-                                     [](int64_t) { return false; }, no_extra);
+                                     cu_num_draft_tokens, bonus_tokens, uniforms, generator,
+                                     [](const RaggedLayout&) { return SameForAll{/*greedy=*/false}; });
 }
 
 }  // namespace spec_verify

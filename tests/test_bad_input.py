@@ -556,3 +556,57 @@ def test_ragged_huge_stride_0_layout_is_refused_before_allocating(path):
         path.verify_greedy_ragged(target, no_ids, torch.tensor([-1]).expand(batch))
     with _raises(ValueError, "cu_num_draft_tokens must end at T = 0"):
         path.verify_greedy_ragged(target[:4], no_ids, torch.tensor([0, 0, 0, 1]))
+
+
+def _logits_ragged_ok():
+    """Two sequences (k = 2, 1), V = 6, with tokens each warped draft row can have drawn."""
+    gen = torch.Generator().manual_seed(4)
+    target, draft = torch.randn(5, 6, generator=gen), torch.randn(3, 6, generator=gen)
+    return target, draft, draft.argmax(-1), torch.tensor([2, 3]), torch.full((5,), 0.5, dtype=F64)
+
+
+@pytest.mark.parametrize("arg, value, exc, words", [
+    ("temperature", -0.5, ValueError, ("temperature", ">= 0")),
+    ("temperature", torch.tensor([0.5, -1.0]), ValueError, ("temperature", ">= 0")),
+    ("temperature", torch.tensor([0.5, NAN]), ValueError, ("temperature", ">= 0")),
+    ("temperature", torch.tensor([0.5, 1.0, 1.0]), ValueError, ("temperature", "B = 2")),
+    ("temperature", torch.tensor([[0.5, 1.0]]), ValueError, ("temperature", "B = 2")),
+    ("temperature", torch.tensor([1, 1]), TypeError, ("temperature", "floating-point")),
+    ("temperature", True, TypeError, ("temperature", "real number")),
+    ("top_k", torch.tensor([1.0, 2.0]), TypeError, ("top_k", "integer")),
+    ("top_k", torch.tensor([3, -1]), ValueError, ("top_k", ">= 0")),
+    ("top_k", torch.tensor([3]), ValueError, ("top_k", "B = 2")),
+    ("top_k", -1, ValueError, ("top_k", ">= 0")),
+    ("top_p", torch.tensor([0.5, 0.0]), ValueError, ("top_p", "(0, 1]")),
+    ("min_p", torch.tensor([0.5, 1.0], dtype=torch.float16), ValueError, ("min_p", "[0, 1)")),
+    ("min_p", "0.1", TypeError, ("min_p", "real number")),
+])
+def test_logits_ragged_bad_warping(path, arg, value, exc, words):
+    target, draft, tokens, cu, u = _logits_ragged_ok()
+    path.verify_logits_ragged(target, draft, tokens, cu, uniforms=u, temperature=torch.tensor([0.7, 0.0]))  # valid
+    with _raises(exc, *words):
+        path.verify_logits_ragged(target, draft, tokens, cu, uniforms=u, **{arg: value})
+
+
+def test_logits_ragged_bad_layouts(path):
+    target, draft, tokens, cu, u = _logits_ragged_ok()
+    with _raises(ValueError, "target_logits must have T+B = 5 rows"):
+        path.verify_logits_ragged(target[:4], draft, tokens, cu)
+    with _raises(ValueError, "draft_logits must have shape [T, V] = [3, 6]"):
+        path.verify_logits_ragged(target, draft[:2], tokens, cu)
+    with _raises(ValueError, "cu_num_draft_tokens[1]", "nondecreasing"):
+        path.verify_logits_ragged(target, draft, tokens, torch.tensor([3, 2]))
+    with _raises(IndexError, "bonus_tokens[0]"):
+        path.verify_logits_ragged(target[:3], draft, tokens, cu, torch.tensor([6, 0]))
+    with _raises(ValueError, "uniforms must have shape [5]"):
+        path.verify_logits_ragged(target, draft, tokens, cu, uniforms=u[:4])
+    poisoned = target.clone()
+    poisoned[3, 1] = NAN  # sequence 1's first row
+    with _raises(ValueError, "target_logits[1, 0, 1]"):
+        path.verify_logits_ragged(poisoned, draft, tokens, cu, uniforms=u, temperature=torch.tensor([1.0, 0.0]))
+    # At temperature 0 a draft token must be its draft row's argmax (sequence 1's here).
+    off = tokens.clone()
+    off[2] = (off[2] + 1) % 6
+    with _raises(ValueError, "draft_tokens[1, 0]", "support"):
+        path.verify_logits_ragged(target, draft, off, cu, uniforms=torch.zeros(5, dtype=F64),
+                                  temperature=torch.tensor([1.0, 0.0]))

@@ -375,3 +375,64 @@ def test_law_check_catches_a_wrong_residual(sv):
     measured = _decoded_law(wrong, target, _draft_token(3, 3), 1, 3, length=2)
     assert measured != _target_law(target, 3, 2)
     assert sum(measured.values()) == 1  # the enumeration itself still covers all mass
+
+
+# ----------------------------------------------------------------------------
+# Logits in, each sequence its own warping
+# ----------------------------------------------------------------------------
+
+_WARPS = [(0.8, 40, 0.9, 0.01), (0.0, 0, 1.0, 0.0), (1.0, 0, 1.0, 0.0), (1.3, 5, 1.0, 0.0), (0.5, 0, 0.95, 0.05)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bonus", [False, True], ids=["bonus-row", "bonus-given"])
+def test_logits_ragged_equals_verify_logits_per_sequence(sv, dtype, bonus):
+    gen = torch.Generator().manual_seed(hash((str(dtype), bonus)) % 2**31)
+    for trial in range(4):
+        vocab = [7, 129, 1031, 2][trial]
+        batch = [1, 5, 9, 3][trial]
+        counts = torch.randint(0, 4, (batch,), generator=gen).tolist()
+        counts[0] = 0
+        warps = [_WARPS[(trial + b) % len(_WARPS)] for b in range(batch)]
+        seqs = []
+        for k, (temperature, top_k, top_p, min_p) in zip(counts, warps):
+            target = (torch.randn(k + 1, vocab, generator=gen) * 2).to(dtype)
+            draft = (target[:k].float() + torch.randn(k, vocab, generator=gen)).to(dtype)
+            tokens = sv.sample_draft(draft, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                     generator=gen)
+            seqs.append((target, draft, tokens))
+        target, draft, tokens, cu = _flat(seqs, counts, bonus, torch.int64, torch.int32)
+        u = torch.rand(sum(counts) + batch, dtype=F64, generator=gen)
+        given = torch.randint(0, vocab, (batch,), generator=gen) if bonus else None
+        per_seq = dict(zip(("temperature", "top_k", "top_p", "min_p"), (torch.tensor(c) for c in zip(*warps))))
+        want, start = [], 0
+        for b, ((t, d, x), k) in enumerate(zip(seqs, counts)):
+            kw = dict(zip(("temperature", "top_k", "top_p", "min_p"), warps[b]))
+            n, nxt = sv.verify_logits(t, d, x, uniforms=u[start:start + k + 1], **kw)
+            assert (n, nxt) == sv.reference.verify_logits(t, d, x, uniforms=u[start:start + k + 1], **kw)
+            want.append((n, int(given[b]) if bonus and n == k else nxt))
+            start += k + 1
+        for impl in (sv, sv.reference):
+            assert _pairs(impl.verify_logits_ragged(target, draft, tokens, cu, given, uniforms=u, **per_seq)) == want
+        # One warping for all, as scalars: the first sequence's.
+        if all(w == warps[0] for w in warps):
+            continue
+        same = dict(zip(("temperature", "top_k", "top_p", "min_p"), (1.0, 0, 1.0, 0.0)))
+        ours = sv.verify_logits_ragged(target, draft, tokens, cu, given, uniforms=u, **same)
+        assert _pairs(ours) == _pairs(sv.reference.verify_logits_ragged(target, draft, tokens, cu, given,
+                                                                        uniforms=u, **same))
+
+
+def test_logits_ragged_greedy_sequences_draw_nothing(sv):
+    target = torch.tensor([[0.0, 2.0], [1.0, 0.0], [3.0, 1.0]])
+    draft = torch.tensor([[0.0, 1.0]])
+    for impl in (sv, sv.reference):
+        gen = torch.Generator().manual_seed(9)
+        state = gen.get_state()
+        n, nxt = impl.verify_logits_ragged(target, draft, torch.tensor([1]), torch.tensor([1, 1]), temperature=0.0,
+                                           generator=gen)
+        assert (n.tolist(), nxt.tolist()) == ([1, 0], [0, 0])
+        assert torch.equal(gen.get_state(), state)
+        with pytest.raises(ValueError, match="temperature must be finite and >= 0"):
+            impl.verify_logits_ragged(target, draft, torch.tensor([1]), torch.tensor([1, 1]),
+                                      temperature=torch.tensor([0.5, -1.0]))

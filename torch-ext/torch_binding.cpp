@@ -73,6 +73,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
       "Tensor? num_draft_tokens=None, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None, bool block=False) "
       "-> (Tensor, Tensor)");
+  // The ragged form with per-sequence warping ([B] tensors; the wrapper
+  // broadcasts scalars).
+  m.def(
+      "verify_logits_ragged(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
+      "Tensor cu_num_draft_tokens, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p, "
+      "Tensor? bonus_tokens=None, Tensor? uniforms=None, Generator? generator=None) -> (Tensor, Tensor)");
   m.def(
       "sample_draft(Tensor draft_logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
@@ -96,6 +102,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("verify_logits", &spec_verify::verify_logits);
   m.impl("verify_logits_ints", &spec_verify::verify_logits_ints);
   m.impl("verify_logits_batched", &spec_verify::verify_logits_batched);
+  m.impl("verify_logits_ragged", &spec_verify::verify_logits_ragged);
   m.impl("sample_draft", &spec_verify::sample_draft);
   m.impl("warp_probs", &spec_verify::warp_probs);
 }

@@ -12,7 +12,7 @@ token after a rejection, the bonus token after a full acceptance).
 This file is the package's face: it re-exports, nothing else. Where things live:
 
 * ``verify.py``     probability rows in: ``verify_greedy``, ``verify_sampled``, batched and ragged forms
-* ``logits.py``     logits in: ``verify_logits``, ``sample_draft``, ``warp_probs``
+* ``logits.py``     logits in: ``verify_logits`` (batched, ragged), ``sample_draft``, ``warp_probs``
 * ``reference.py``  the pure-torch reference of every op (one decision stack)
 * ``warping.py``    the definition of the warping (temperature, top-k, top-p, min-p)
 * ``law.py``        the exact law of speculative sampling
@@ -43,7 +43,7 @@ from .law import (
     expected_accepted_block,
     joint_law,
 )
-from .logits import sample_draft, verify_logits, verify_logits_batched, warp_probs
+from .logits import sample_draft, verify_logits, verify_logits_batched, verify_logits_ragged, warp_probs
 from .verify import (
     build_info,
     verify_block,
@@ -69,6 +69,7 @@ __all__ = [
     # Logits in
     "verify_logits",
     "verify_logits_batched",
+    "verify_logits_ragged",
     "sample_draft",
     "warp_probs",
     # The exact law

@@ -360,3 +360,48 @@ def check_ragged(target, draft, draft_tokens, cu_num_draft_tokens, bonus_tokens=
             raise IndexError(f"bonus_tokens[{b}] holds token id {int(bonus_tokens[b])}, "
                              f"outside [0, V) with V = {vocab}")
     return RaggedShape(batch, total, vocab, given_bonus, [0] + cu_num_draft_tokens.tolist())
+
+
+# The ragged logits op's per-sequence warping: each argument a scalar (every
+# sequence alike) or a [B] tensor. Types first (before the layout, like the
+# scalar ops' warp_scalars); lengths and values once B is known.
+
+WARP_NAMES = ("temperature", "top_k", "top_p", "min_p")
+
+
+def ragged_warp_types(temperature, top_k, top_p, min_p) -> tuple:
+    """Each warping argument as a scalar of the schema's type (``warp_scalars``'
+    rules; its range is checked per sequence later) or a tensor: a floating
+    tensor for temperature / top_p / min_p, an integer one for top_k."""
+    values = []
+    for name, value in zip(WARP_NAMES, (temperature, top_k, top_p, min_p)):
+        if isinstance(value, torch.Tensor):
+            integral = name == "top_k"
+            ok = (not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool) \
+                if integral else value.is_floating_point()
+            if not ok:
+                kind = "an integer" if integral else "a floating-point"
+                raise TypeError(f"{name} must be a scalar or {kind} tensor (one per sequence), got {value.dtype}")
+            values.append(value)
+        else:
+            values.append(value)
+    scalars = [v if not isinstance(v, torch.Tensor) else d for v, d in zip(values, (1.0, 0, 1.0, 0.0))]
+    checked = warp_scalars(*scalars)  # the scalars' types (a tensor's stand-in always passes)
+    return tuple(v if isinstance(v, torch.Tensor) else c for v, c in zip(values, checked))
+
+
+def ragged_warp_vectors(values: tuple, batch: int) -> tuple[torch.Tensor, ...]:
+    """The four warping arguments as ``[B]`` CPU tensors (float64; top_k int64), scalars
+    broadcast; a tensor of another length is refused, a meta tensor too."""
+    out = []
+    for name, value in zip(WARP_NAMES, values):
+        dtype = torch.int64 if name == "top_k" else torch.float64
+        if isinstance(value, torch.Tensor):
+            if tuple(value.shape) != (batch,):
+                raise ValueError(f"{name} must be a scalar or have B = {batch} entries (one per sequence), "
+                                 f"got shape {tuple(value.shape)}")
+            check_has_values(**{name: value})
+            out.append(value.to(device="cpu", dtype=dtype))
+        else:
+            out.append(torch.full((batch,), value, dtype=dtype))
+    return tuple(out)

@@ -19,6 +19,7 @@ import torch
 
 from ._checks import (
     RAGGED_UNIFORMS,
+    WARP_NAMES,
     check_ragged,
     check_rows_tensor,
     check_same_device,
@@ -127,6 +128,25 @@ def _verify_logits_batched_fake(
     check_warp_values(temperature, top_k, top_p, min_p)
     shape = _check(target_logits, draft_logits, draft_tokens, num_draft_tokens, uniforms, batched=True,
                    rows="logits")
+    return _pair(target_logits, shape.batch)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_logits_ragged"))
+def _verify_logits_ragged_fake(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, temperature, top_k,
+                               top_p, min_p, bonus_tokens=None, uniforms=None, generator=None):
+    shape = check_ragged(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_logits", draft_name="draft_logits", read_values=False)
+    for name, t, dtype in zip(WARP_NAMES, (temperature, top_k, top_p, min_p),
+                              (torch.float64, torch.int64, torch.float64, torch.float64)):
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must be {dtype} (one per sequence), got {t.dtype}")
+        if tuple(t.shape) != (shape.batch,):
+            raise ValueError(f"{name} must be a scalar or have B = {shape.batch} entries (one per sequence), "
+                             f"got shape {tuple(t.shape)}")
+        check_same_device(target_logits=target_logits, **{name: t})
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (shape.total + shape.batch,), RAGGED_UNIFORMS)
+        check_same_device(target_logits=target_logits, uniforms=uniforms)
     return _pair(target_logits, shape.batch)
 
 

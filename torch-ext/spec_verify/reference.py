@@ -33,6 +33,8 @@ from ._checks import (
     check_has_values,
     check_ragged,
     check_rows_tensor,
+    ragged_warp_types,
+    ragged_warp_vectors,
     check_sequences,
     check_uniforms,
     check_vocab,
@@ -54,6 +56,7 @@ __all__ = [
     "verify_sampled_ragged",
     "verify_logits",
     "verify_logits_batched",
+    "verify_logits_ragged",
     "sample_draft",
     "warp_probs",
     "warp_weights",
@@ -528,6 +531,30 @@ def verify_logits_batched(target_logits, draft_logits, draft_tokens, num_draft_t
     return _run_batch(shape, lambda b, kb: _logits_sequence(
         WarpedRows(target_logits[b], draft_logits[b], warp, (b,)), draft_tokens[b, :kb].tolist(),
         None if u is None else u[b, : kb + 1].tolist(), block))
+
+
+def verify_logits_ragged(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, bonus_tokens=None, *,
+                         temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None):
+    """Reference ``spec_verify.verify_logits_ragged``: the ragged layout, each sequence its own warping."""
+    values = ragged_warp_types(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    check_rows_tensor("target_logits", target_logits, 2)
+    check_rows_tensor("draft_logits", draft_logits, 2)  # required: None is no point mass here
+    shape = check_ragged(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_logits", draft_name="draft_logits")
+    vectors = ragged_warp_vectors(values, shape.batch)
+    warps = [check_warp(*args) for args in zip(*(v.tolist() for v in vectors))]
+    u = _take_uniforms(uniforms, generator, (shape.total + shape.batch,),
+                       draw=not all(w.greedy for w in warps), what=RAGGED_UNIFORMS)
+
+    def decide(b, k):
+        rows, drafts, tokens, bonus = _ragged_slices(shape, b, k, target_logits, draft_logits, draft_tokens,
+                                                     bonus_tokens)
+        u0 = shape.uniform_start(b)
+        return _logits_sequence(_with_bonus(WarpedRows(rows, drafts, warps[b], (b,)), bonus), tokens,
+                                None if u is None else u[u0:u0 + k + 1].tolist())
+
+    return _run_ragged(shape, decide)
 
 
 def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,

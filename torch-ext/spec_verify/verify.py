@@ -470,7 +470,8 @@ def verify_greedy_ragged(
     >>> n.tolist(), nxt.tolist()
     ([2, 0], [2, 1])
     """
-    if runs_in_cpp(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens):
+    required = (target_probs, draft_tokens, cu_num_draft_tokens)
+    if all(isinstance(t, torch.Tensor) for t in required) and runs_in_cpp(*required, bonus_tokens):
         return ops.verify_greedy_ragged(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens)
     return reference.verify_greedy_ragged(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens)
 
@@ -550,7 +551,11 @@ def verify_sampled_ragged(
     ([0], [0])
     """
     check_generator(generator)
-    if runs_in_cpp(target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens, uniforms):
+    # None for a required tensor goes to the reference, which names it (the
+    # dispatcher would pass an undefined tensor).
+    required = (target_probs, draft_tokens, cu_num_draft_tokens)
+    if all(isinstance(t, torch.Tensor) for t in required) and runs_in_cpp(
+            *required, draft_probs, bonus_tokens, uniforms):
         return ops.verify_sampled_ragged(
             target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens, uniforms, generator
         )
