@@ -352,7 +352,9 @@ def _draft_token(salt, vocab):
 
 
 @pytest.mark.parametrize("path", ["kernel", "reference"])
-@pytest.mark.parametrize("vocab, k, salt", [(2, 1, 1), (2, 2, 2), (3, 1, 3), (3, 2, 4)])
+# V = 3 costs seconds natively (minutes under emulation): native_only; V = 2 runs everywhere.
+@pytest.mark.parametrize("vocab, k, salt", [(2, 1, 1), (2, 2, 2), pytest.param(3, 1, 3, marks=pytest.mark.native_only),
+                                            pytest.param(3, 2, 4, marks=pytest.mark.native_only)])
 def test_point_mass_ragged_law_equals_the_target_law_exactly(sv, path, vocab, k, salt):
     verify = (sv if path == "kernel" else sv.reference).verify_sampled_ragged
     target = _table(salt, vocab)
