@@ -381,15 +381,143 @@ def print_table(rows, overhead, scaling, info, threads):
     )
 
 
+# ----------------------------------------------------------------------------
+# Ragged (vLLM's flat layout): in place vs the padded batched op vs pad-then-batched
+# ----------------------------------------------------------------------------
+
+RAGGED_VOCABS = (4096, 128256)
+RAGGED_BATCHES = (1, 8, 32)
+RAGGED_K = 4
+
+
+def ragged_case(vocab: int, batch: int, gen: torch.Generator):
+    """B sequences of k_b in [1, K] draft tokens (mixed acceptance), flat and padded.
+
+    Returns the flat tensors (target [T+B, V], draft [T, V], ids [T], cu [B],
+    uniforms [T+B]), the padded ones ([B, K+1, V], [B, K, V], [B, K], counts,
+    [B, K+1]) and the flat-row -> padded-row indices a caller would copy with.
+    """
+    counts = torch.randint(1, RAGGED_K + 1, (batch,), generator=gen)
+    total = int(counts.sum())
+    target = torch.softmax(torch.randn(total + batch, vocab, generator=gen) * 2.5, -1)
+    rows = torch.cat([torch.arange(int(c)) + b * (RAGGED_K + 1) for b, c in enumerate(counts.tolist())])
+    bonus_rows = torch.arange(batch) * (RAGGED_K + 1) + counts
+    target_index = torch.sort(torch.cat([rows, bonus_rows])).values  # flat target row j -> padded row
+    draft_index = torch.cat([torch.arange(int(c)) + b * RAGGED_K for b, c in enumerate(counts.tolist())])
+    own_rows = target[torch.cat([torch.arange(int(c)) + int(s) + b for b, (c, s) in
+                                 enumerate(zip(counts.tolist(), (counts.cumsum(0) - counts).tolist()))])]
+    draft = 0.6 * own_rows + 0.4 * torch.softmax(torch.randn(total, vocab, generator=gen) * 2.5, -1)
+    tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+    u = torch.rand(total + batch, dtype=torch.float64, generator=gen)
+    flat = dict(target=target, draft=draft, tokens=tokens, cu=counts.cumsum(0), u=u)
+    padded = dict(
+        target=torch.zeros(batch * (RAGGED_K + 1), vocab).index_copy_(0, target_index, target).view(batch, RAGGED_K + 1, vocab),
+        draft=torch.zeros(batch * RAGGED_K, vocab).index_copy_(0, draft_index, draft).view(batch, RAGGED_K, vocab),
+        tokens=torch.zeros(batch * RAGGED_K, dtype=torch.long).index_copy_(0, draft_index, tokens).view(batch, RAGGED_K),
+        counts=counts,
+        u=torch.zeros(batch * (RAGGED_K + 1), dtype=torch.float64).index_copy_(0, target_index, u).view(batch, -1),
+    )
+    return flat, padded, target_index, draft_index
+
+
+def ragged_calls(sv, mode, flat, padded, target_index, draft_index):
+    """(ragged op, batched op on already padded data, pad-then-batched) for one mode."""
+    batch, vocab = padded["target"].shape[0], padded["target"].shape[-1]
+    point_mass = mode == "point_mass"
+
+    def pad(rows, index, shape):  # what a caller without the ragged op does on every step
+        return rows.new_zeros(shape).index_copy_(0, index, rows)
+
+    def pad_all():
+        t = pad(flat["target"], target_index, (batch * (RAGGED_K + 1), vocab)).view(batch, RAGGED_K + 1, vocab)
+        ids = pad(flat["tokens"], draft_index, (batch * RAGGED_K,)).view(batch, RAGGED_K)
+        u = pad(flat["u"], target_index, (batch * (RAGGED_K + 1),)).view(batch, RAGGED_K + 1)
+        if point_mass:  # the point mass as one-hot draft rows
+            d = flat["target"].new_zeros(batch * RAGGED_K, vocab)
+            d[draft_index, flat["tokens"]] = 1.0
+            d = d.view(batch, RAGGED_K, vocab)
+        else:
+            d = pad(flat["draft"], draft_index, (batch * RAGGED_K, vocab)).view(batch, RAGGED_K, vocab)
+        return t, d, ids, u
+
+    if mode == "greedy":
+        ragged = lambda: sv.verify_greedy_ragged(flat["target"], flat["tokens"], flat["cu"])  # noqa: E731
+        batched = lambda: sv.verify_greedy_batched(padded["target"], padded["tokens"], padded["counts"])  # noqa: E731
+
+        def pad_then():
+            t, _, ids, _ = pad_all()
+            return sv.verify_greedy_batched(t, ids, padded["counts"])
+        return ragged, batched, pad_then
+
+    pm_draft = padded["draft"]
+    if point_mass:
+        pm_draft = torch.zeros_like(padded["draft"]).view(-1, vocab)
+        pm_draft[draft_index, flat["tokens"]] = 1.0
+        pm_draft = pm_draft.view(batch, RAGGED_K, vocab)
+    ragged = lambda: sv.verify_sampled_ragged(  # noqa: E731
+        flat["target"], None if point_mass else flat["draft"], flat["tokens"], flat["cu"], uniforms=flat["u"])
+    batched = lambda: sv.verify_sampled_batched(  # noqa: E731
+        padded["target"], pm_draft, padded["tokens"], padded["counts"], uniforms=padded["u"])
+
+    def pad_then():
+        t, d, ids, u = pad_all()
+        return sv.verify_sampled_batched(t, d, ids, padded["counts"], uniforms=u)
+    return ragged, batched, pad_then
+
+
+def ragged_rows(sv) -> list[dict]:
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for vocab in RAGGED_VOCABS:
+        for batch in RAGGED_BATCHES:
+            flat, padded, target_index, draft_index = ragged_case(vocab, batch, gen)
+            for mode in ("greedy", "sampled", "point_mass"):
+                ragged, batched, pad_then = ragged_calls(sv, mode, flat, padded, target_index, draft_index)
+                results = [[t.tolist() for t in f()] for f in (ragged, batched, pad_then)]
+                assert results[0] == results[1] == results[2], (mode, vocab, batch)  # the same decisions
+                heavy = vocab * batch >= 128256 * 8
+                repeats = 15 if heavy else (60 if vocab * batch >= 128256 else 300)
+                row = dict(vocab=vocab, batch=batch, mode=mode, accepted=sum(results[0][0]),
+                           drafted=int(flat["cu"][-1]),
+                           ragged_us=median_us(ragged, repeats, warmup=2),
+                           batched_us=median_us(batched, repeats, warmup=2),
+                           pad_then_batched_us=median_us(pad_then, repeats, warmup=2))
+                out.append(row)
+                print(f"bench: ragged {vocab} B={batch} {mode} done", file=sys.stderr)
+    return out
+
+
+def print_ragged_table(rows, threads):
+    print(f"ragged (vLLM's flat layout), K <= {RAGGED_K}, k_b in [1, K], {threads} thread(s), medians in µs:")
+    print("| V | B | mode | accepted / drafted | ragged (in place) | batched (already padded) "
+          "| pad + batched | pad + batched / ragged |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['vocab']} | {r['batch']} | {r['mode']} | {r['accepted']} / {r['drafted']} "
+              f"| {r['ragged_us']:.1f} | {r['batched_us']:.1f} | {r['pad_then_batched_us']:.1f} "
+              f"| {r['pad_then_batched_us'] / r['ragged_us']:.1f}x |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Benchmark the verification ops.")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     parser.add_argument("--json", default=str(ROOT / "out" / "bench.json"), help="where to write the table")
     parser.add_argument("--quick", action="store_true", help="V=32000 only, no end-to-end rows")
+    parser.add_argument("--ragged-only", action="store_true",
+                        help="only the ragged rows: in place vs padded batched vs pad-then-batched")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     sv = load_kernel()
+    if args.ragged_only:
+        rows = ragged_rows(sv)
+        print_ragged_table(rows, args.threads)
+        out = pathlib.Path(args.json).with_name("bench_ragged.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(build=sv.build_info(), threads=args.threads, ragged=rows,
+                                       torch=torch.__version__), indent=2))
+        print(f"bench: wrote {out}")
+        return 0
     peer = load_peer()
     info = sv.build_info()
     gen = torch.Generator().manual_seed(0)

@@ -129,6 +129,67 @@ std::vector<int64_t> draft_counts(const std::optional<at::Tensor>& num_draft_tok
 }
 
 // ----------------------------------------------------------------------------
+// The ragged layout
+// ----------------------------------------------------------------------------
+
+RaggedLayout check_ragged_args(const char* target_name, const at::Tensor& target, const char* draft_name,
+                               const at::Tensor* draft, const at::Tensor& draft_tokens,
+                               const at::Tensor& cu_num_draft_tokens, const std::optional<at::Tensor>& bonus_tokens) {
+  check_float_rows(target_name, target, 2);
+  if (draft != nullptr) check_float_rows(draft_name, *draft, 2);
+  check_tokens("draft_tokens", draft_tokens, 1);
+  check_tokens("cu_num_draft_tokens", cu_num_draft_tokens, 1);
+  const int64_t batch = cu_num_draft_tokens.size(0);
+  const int64_t total = draft_tokens.size(0);
+  if (bonus_tokens.has_value()) {
+    check_tokens("bonus_tokens", *bonus_tokens, 1);
+    TORCH_CHECK_VALUE(bonus_tokens->size(0) == batch, "bonus_tokens must have B = ", batch,
+                      " entries (one per sequence), got shape ", bonus_tokens->sizes());
+  }
+  const bool given_bonus = bonus_tokens.has_value();
+  const int64_t rows = given_bonus ? total : total + batch;
+  TORCH_CHECK_VALUE(target.size(0) == rows, target_name, " must have ",
+                    given_bonus ? "T = " : "T+B = ", rows, " rows for T = ", total, " draft_tokens in B = ", batch,
+                    given_bonus ? " sequences with bonus_tokens given" : " sequences (k_b+1 per sequence)",
+                    ", got shape ", target.sizes());
+  const int64_t vocab = target.size(1);
+  check_vocab(target_name, vocab);
+  if (draft != nullptr) {
+    TORCH_CHECK_TYPE(draft->scalar_type() == target.scalar_type(), draft_name, " must have the dtype of ",
+                     target_name, " (", target.scalar_type(), "), got ", draft->scalar_type());
+    TORCH_CHECK_VALUE(draft->size(0) == total && draft->size(1) == vocab, draft_name,
+                      " must have shape [T, V] = [", total, ", ", vocab, "], got ", draft->sizes());
+  }
+  // The cumulative counts: non-negative, nondecreasing, ending at T. Checked
+  // before the B-sized starts are allocated.
+  const IntView cu(cu_num_draft_tokens);
+  int64_t previous = 0;
+  for (const auto b : c10::irange(batch)) {
+    const int64_t value = cu.at(-1, b);
+    TORCH_CHECK_VALUE(value >= previous, "cu_num_draft_tokens[", b, "] is ", value, ", below ",
+                      b == 0 ? "0" : "the entry before it", ": the inclusive cumulative sum of the draft "
+                      "counts must be non-negative and nondecreasing");
+    previous = value;
+  }
+  TORCH_CHECK_VALUE(previous == total, "cu_num_draft_tokens must end at T = ", total,
+                    " (the number of draft_tokens), got ", previous);
+  check_token_range(IntView(draft_tokens), -1, total, vocab);
+  if (given_bonus) {
+    const IntView bonus(*bonus_tokens);
+    for (const auto b : c10::irange(batch)) {
+      const int64_t id = bonus.at(-1, b);
+      TORCH_CHECK_INDEX(id >= 0 && id < vocab, "bonus_tokens[", b, "] holds token id ", id,
+                        ", outside [0, V) with V = ", vocab);
+    }
+  }
+  RaggedLayout layout{batch, total, vocab, given_bonus, {}};
+  layout.starts.resize(batch + 1);
+  layout.starts[0] = 0;
+  for (const auto b : c10::irange(batch)) layout.starts[b + 1] = cu.at(-1, b);
+  return layout;
+}
+
+// ----------------------------------------------------------------------------
 // Uniforms
 // ----------------------------------------------------------------------------
 

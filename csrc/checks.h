@@ -65,6 +65,17 @@ struct IntView {
     const int64_t off = (seq < 0 ? 0 : seq) * outer_stride + i * stride;
     return is64 ? static_cast<const int64_t*>(data)[off] : static_cast<const int32_t*>(data)[off];
   }
+  // The ragged layout: the ids of one sequence of a flat [T] tensor, from
+  // flat id `start` on; at(seq, i) then reads id start + i whatever seq is
+  // (seq only names the sequence in messages).
+  IntView from(int64_t start) const {
+    IntView v = *this;
+    const int64_t off = start * stride;
+    v.data = is64 ? static_cast<const void*>(static_cast<const int64_t*>(data) + off)
+                  : static_cast<const void*>(static_cast<const int32_t*>(data) + off);
+    v.outer_stride = 0;
+    return v;
+  }
 };
 
 // Rows of a [R, V] (lead 0) or [B, R, V] (lead 1) tensor with unit-stride
@@ -82,6 +93,16 @@ struct RowView {
         row_stride(t.stride(lead)) {}
   const scalar_t* row(int64_t seq, int64_t i) const {
     return base + (seq < 0 ? 0 : seq) * seq_stride + i * row_stride;
+  }
+  // The ragged layout: the rows of one sequence of a flat [R, V] tensor (lead
+  // 0), from flat row `start` on; row(seq, i) then reads row start + i
+  // whatever seq is (seq only names the sequence in messages). No rows stay
+  // no rows (the point-mass draft).
+  RowView from(int64_t start) const {
+    RowView v = *this;
+    if (base != nullptr) v.base = base + start * row_stride;
+    v.seq_stride = 0;
+    return v;
   }
 };
 
@@ -106,6 +127,39 @@ Dims check_verify_args(const char* target_name, const at::Tensor& target, const 
 // all; and the first K_b ids of each sequence checked against V.
 std::vector<int64_t> draft_counts(const std::optional<at::Tensor>& num_draft_tokens,
                                   const at::Tensor& draft_tokens, const Dims& dims);
+
+// ----------------------------------------------------------------------------
+// The ragged ops' layout (vLLM's flattened one; DESIGN.md, "Ragged layout")
+// ----------------------------------------------------------------------------
+
+// B sequences with k_b draft tokens each, T = sum k_b, flat: draft_tokens [T];
+// cu_num_draft_tokens [B], the inclusive cumulative sum of the k_b; draft rows
+// [T, V] (or none: greedy, or a point-mass draft); target rows [T+B, V] (k_b+1
+// per sequence) or [T, V] with bonus_tokens [B] given; uniforms [T+B] (k_b+1
+// per sequence).
+struct RaggedLayout {
+  int64_t batch = 0;         // B
+  int64_t total = 0;         // T
+  int64_t vocab = 0;         // V
+  bool given_bonus = false;  // bonus_tokens given: the target has no bonus rows
+  std::vector<int64_t> starts;  // starts[b] = cu[b-1] (0 for b = 0), then T
+
+  int64_t count(int64_t b) const { return starts[b + 1] - starts[b]; }
+  // Sequence b's first flat draft token / draft row.
+  int64_t draft_start(int64_t b) const { return starts[b]; }
+  // Sequence b's first flat target row: k_b + 1 rows per sequence, or k_b.
+  int64_t target_start(int64_t b) const { return starts[b] + (given_bonus ? 0 : b); }
+  // Sequence b's first uniform: always k_b + 1 per sequence.
+  int64_t uniform_start(int64_t b) const { return starts[b] + b; }
+};
+
+// Every check of a ragged verify op's tensors, in the reference's order
+// (_checks.check_ragged): ranks, dtypes, shapes, the cumulative counts, the
+// ids and the bonus tokens -- then, all valid, the B+1 starts. `draft` is
+// null for greedy and for a point-mass draft.
+RaggedLayout check_ragged_args(const char* target_name, const at::Tensor& target, const char* draft_name,
+                               const at::Tensor* draft, const at::Tensor& draft_tokens,
+                               const at::Tensor& cu_num_draft_tokens, const std::optional<at::Tensor>& bonus_tokens);
 
 // ----------------------------------------------------------------------------
 // Uniforms

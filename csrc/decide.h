@@ -13,6 +13,9 @@
 //                                             cannot have sampled
 //   int64_t draw_residual(u)                  after a rejection at the rows weighed last
 //   int64_t draw_bonus(seq, k, u)             reads target row k and draws from it
+//   int64_t bonus_argmax(seq, k)              greedy's bonus: target_argmax(seq, k)
+// (the ragged ops wrap a source in GivenBonus, below, whose bonus token is
+// the caller's: draw_bonus and bonus_argmax return it and read no row).
 #pragma once
 
 #include "checks.h"
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace spec_verify {
@@ -173,7 +177,7 @@ Outcome greedy_sequence(Source& rows, const IntView& tokens, int64_t seq, int64_
     const int64_t best = rows.target_argmax(seq, i);
     if (token != best) return {i, best};
   }
-  return {k, rows.target_argmax(seq, k)};
+  return {k, rows.bonus_argmax(seq, k)};
 }
 
 // Speculative sampling: accept draft token i with probability min(1, p/q);
@@ -329,6 +333,91 @@ auto run_verify(const char* target_name, const at::Tensor& target_in, const char
                 const Extra&... extra) {
   return run_verify_method<kLead, Source, false>(target_name, target_in, draft_name, draft_in, draft_tokens,
                                                  num_draft_tokens, uniforms, generator, greedy, what, extra...);
+}
+
+// ----------------------------------------------------------------------------
+// The ragged ops (vLLM's flattened layout; DESIGN.md, "Ragged layout")
+// ----------------------------------------------------------------------------
+
+// A row source whose bonus token may be given: with bonus >= 0 a full
+// acceptance emits it (no row K read, no draw); with bonus < 0, Base's own.
+template <typename Base>
+class GivenBonus : public Base {
+ public:
+  template <typename... Args>
+  explicit GivenBonus(int64_t bonus, Args&&... args) : Base(std::forward<Args>(args)...), bonus_(bonus) {}
+
+  int64_t bonus_argmax(int64_t seq, int64_t k) const {
+    return bonus_ >= 0 ? bonus_ : Base::bonus_argmax(seq, k);
+  }
+  int64_t draw_bonus(int64_t seq, int64_t k, double u) {
+    return bonus_ >= 0 ? bonus_ : Base::draw_bonus(seq, k, u);
+  }
+
+ private:
+  int64_t bonus_;
+};
+
+// What a ragged op decides per sequence, beyond the layout: whether it
+// draws uniforms at all, whether sequence b is greedy, and the extra
+// arguments of its row source (a tuple). The probability ops' plan: one
+// mode for every sequence, no extra arguments.
+struct SameForAll {
+  bool greedy;
+  bool draw() const { return !greedy; }
+  bool greedy_at(int64_t /*b*/) const { return greedy; }
+  std::tuple<> extra(int64_t /*b*/) const { return {}; }
+};
+
+// A ragged verify op end to end: the layout checked (check_ragged_args);
+// then plan = setup(layout), the op's own per-sequence arguments checked
+// against B (SameForAll, or the logits ops' per-sequence warping); the
+// uniforms -- all T+B up front, in flat order, when plan.draw() (else none
+// drawn; given ones are validated); then sequence b decided, in parallel, by
+// the greedy loop if plan.greedy_at(b), else the sampling loop, over
+// GivenBonus<Source<scalar_t>>(bonus_b, target_view_b, draft_view_b, V,
+// plan.extra(b)...). The views are the flat rows from the sequence's start
+// (RowView::from), so sequence b runs exactly as the single op on its own
+// slice. `draft_in` null: greedy, or a point-mass draft.
+template <template <typename> class Source, typename Setup>
+std::tuple<at::Tensor, at::Tensor> run_verify_ragged(const char* target_name, const at::Tensor& target_in,
+                                                     const char* draft_name, const at::Tensor* draft_in,
+                                                     const at::Tensor& draft_tokens, const at::Tensor& cu,
+                                                     const std::optional<at::Tensor>& bonus_tokens,
+                                                     const std::optional<at::Tensor>& uniforms,
+                                                     const std::optional<at::Generator>& generator, Setup&& setup) {
+  const RaggedLayout layout =
+      check_ragged_args(target_name, target_in, draft_name, draft_in, draft_tokens, cu, bonus_tokens);
+  const auto plan = setup(layout);
+  std::vector<double> u;
+  if (plan.draw() || uniforms.has_value()) {
+    u.resize(layout.total + layout.batch);
+    take_uniforms(uniforms, generator, plan.draw(), {layout.total + layout.batch}, u.data(),
+                  "one per draft token plus one final draw per sequence: T+B");
+  }
+  const IntView tokens(draft_tokens);
+  std::optional<IntView> bonus;
+  if (bonus_tokens.has_value()) bonus.emplace(*bonus_tokens);
+  const at::Tensor target = unit_stride_rows(target_in);
+  const at::Tensor draft = draft_in != nullptr ? unit_stride_rows(*draft_in) : at::Tensor();
+  return dispatch_float_dtype(target.scalar_type(), [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const RowView<scalar_t> target_rows(target, 0);
+    const RowView<scalar_t> draft_rows = draft.defined() ? RowView<scalar_t>(draft, 0) : RowView<scalar_t>();
+    return run_batch(layout.batch, [&](int64_t b) {
+      const int64_t k = layout.count(b);
+      const IntView seq_tokens = tokens.from(layout.draft_start(b));
+      return std::apply(
+          [&](const auto&... extra) {
+            GivenBonus<Source<scalar_t>> rows(bonus ? bonus->at(-1, b) : -1,
+                                              target_rows.from(layout.target_start(b)),
+                                              draft_rows.from(layout.draft_start(b)), layout.vocab, extra...);
+            if (plan.greedy_at(b)) return greedy_sequence(rows, seq_tokens, b, k);
+            return sampled_sequence(rows, seq_tokens, b, k, u.data() + layout.uniform_start(b));
+          },
+          plan.extra(b));
+    });
+  });
 }
 
 // int64 [2] = (n_accepted, next_token): the traceable single ops' output.

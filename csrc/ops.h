@@ -56,6 +56,20 @@ std::tuple<at::Tensor, at::Tensor> verify_block_batched(
     const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
     std::optional<at::Generator> generator);
 
+// The ragged forms (vLLM's flattened layout; DESIGN.md, "Ragged layout"):
+// draft_tokens [T], cu_num_draft_tokens [B] (inclusive cumulative sum of the
+// k_b), target rows [T+B, V] or [T, V] with bonus_tokens [B], draft rows
+// [T, V] (absent: a point-mass draft), uniforms [T+B]
+// -> (n_accepted [B], next_token [B]), int64
+std::tuple<at::Tensor, at::Tensor> verify_greedy_ragged(const at::Tensor& target_probs,
+                                                        const at::Tensor& draft_tokens,
+                                                        const at::Tensor& cu_num_draft_tokens,
+                                                        const std::optional<at::Tensor>& bonus_tokens);
+std::tuple<at::Tensor, at::Tensor> verify_sampled_ragged(
+    const at::Tensor& target_probs, const std::optional<at::Tensor>& draft_probs, const at::Tensor& draft_tokens,
+    const at::Tensor& cu_num_draft_tokens, const std::optional<at::Tensor>& bonus_tokens,
+    const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator);
+
 // ----------------------------------------------------------------------------
 // Logits in (ops_logits.cpp): temperature, top-k, top-p and min-p applied
 // identically to draft and target inside the op; block = true: block
@@ -82,6 +96,16 @@ std::tuple<at::Tensor, at::Tensor> verify_logits_batched(
     const std::optional<at::Tensor>& num_draft_tokens, double temperature, int64_t top_k,
     double top_p, double min_p, const std::optional<at::Tensor>& uniforms,
     std::optional<at::Generator> generator, bool block);
+
+// The ragged form (vLLM's flattened layout, as verify_sampled_ragged's) with
+// per-sequence warping: temperature, top_p, min_p float64 [B], top_k int64
+// [B] (the Python wrapper broadcasts scalars); temperature 0 is greedy for
+// that sequence. -> (n_accepted [B], next_token [B]), int64
+std::tuple<at::Tensor, at::Tensor> verify_logits_ragged(
+    const at::Tensor& target_logits, const at::Tensor& draft_logits, const at::Tensor& draft_tokens,
+    const at::Tensor& cu_num_draft_tokens, const at::Tensor& temperature, const at::Tensor& top_k,
+    const at::Tensor& top_p, const at::Tensor& min_p, const std::optional<at::Tensor>& bonus_tokens,
+    const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator);
 
 // draft_logits [N, V] -> int64 [N]: row j's token drawn from its warped
 // distribution with uniform j (argmax at temperature 0).

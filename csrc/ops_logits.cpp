@@ -64,6 +64,8 @@ class LogitRows {
 
   int64_t draw_last_residual(int64_t /*seq*/, double u) { return draw_residual(u); }
 
+  int64_t bonus_argmax(int64_t seq, int64_t k) const { return target_argmax(seq, k); }
+
   int64_t draw_bonus(int64_t seq, int64_t k, double u) {
     warp_row(target_.row(seq, k), vocab_, warp_, "target_logits", seq, k, ws_.target, ws_);
     return draw_warped(ws_.target, u, vocab_);
@@ -151,6 +153,63 @@ std::tuple<at::Tensor, at::Tensor> verify_logits_batched(
     std::optional<at::Generator> generator, bool block) {
   return verify_logits_impl<1>(target_logits, draft_logits, draft_tokens, num_draft_tokens, temperature, top_k,
                                top_p, min_p, uniforms, generator, block);
+}
+
+// ============================================================================
+// verify_logits_ragged: vLLM's flattened layout, per-sequence warping
+// ============================================================================
+
+namespace {
+
+// The per-sequence warping: four [B] tensors (float64; top_k int64), each
+// sequence's checked by check_warp (so the scalar ops' rules and wording).
+struct PerSequenceWarp {
+  std::vector<Warp> warps;
+  bool any_sampled = false;
+  bool draw() const { return any_sampled; }
+  bool greedy_at(int64_t b) const { return warps[b].greedy; }
+  std::tuple<const Warp&> extra(int64_t b) const { return std::tuple<const Warp&>(warps[b]); }
+};
+
+void check_warp_vector(const char* name, const at::Tensor& t, at::ScalarType dtype, int64_t batch) {
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, name, " must be ", dtype, " (one per sequence), got ",
+                   t.scalar_type());
+  TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == batch, name, " must be a scalar or have B = ", batch,
+                    " entries (one per sequence), got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be on the CPU for this op, got ", t.device());
+}
+
+PerSequenceWarp check_warp_vectors(const at::Tensor& temperature, const at::Tensor& top_k, const at::Tensor& top_p,
+                                   const at::Tensor& min_p, int64_t batch) {
+  check_warp_vector("temperature", temperature, at::kDouble, batch);
+  check_warp_vector("top_k", top_k, at::kLong, batch);
+  check_warp_vector("top_p", top_p, at::kDouble, batch);
+  check_warp_vector("min_p", min_p, at::kDouble, batch);
+  const auto t = temperature.accessor<double, 1>();
+  const auto k = top_k.accessor<int64_t, 1>();
+  const auto p = top_p.accessor<double, 1>();
+  const auto m = min_p.accessor<double, 1>();
+  PerSequenceWarp plan;
+  plan.warps.reserve(batch);
+  for (const auto b : c10::irange(batch)) {
+    plan.warps.push_back(check_warp(t[b], k[b], p[b], m[b]));
+    plan.any_sampled = plan.any_sampled || !plan.warps.back().greedy;
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> verify_logits_ragged(
+    const at::Tensor& target_logits, const at::Tensor& draft_logits, const at::Tensor& draft_tokens,
+    const at::Tensor& cu_num_draft_tokens, const at::Tensor& temperature, const at::Tensor& top_k,
+    const at::Tensor& top_p, const at::Tensor& min_p, const std::optional<at::Tensor>& bonus_tokens,
+    const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator) {
+  return run_verify_ragged<LogitRows>(
+      "target_logits", target_logits, "draft_logits", &draft_logits, draft_tokens, cu_num_draft_tokens,
+      bonus_tokens, uniforms, generator, [&](const RaggedLayout& layout) {
+        return check_warp_vectors(temperature, top_k, top_p, min_p, layout.batch);
+      });
 }
 
 // ============================================================================

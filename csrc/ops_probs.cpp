@@ -10,6 +10,7 @@
 #include <c10/util/irange.h>
 
 #include <cmath>
+#include <vector>
 
 namespace spec_verify {
 namespace {
@@ -18,6 +19,46 @@ namespace {
 // The row source: probability rows
 // ----------------------------------------------------------------------------
 
+// The point-mass draft's row for the residual pass: V entries, zero but for
+// a 1 at the draft token -- exactly the one-hot draft row verify_sampled
+// would be given, so the residual (and its draw) is computed by the one
+// residual pass, bit for bit: max(0, t(x) * 1 - 0 * P) = t(x) off the token,
+// max(0, t(t) - P) = 0 on it. One zeroed buffer per thread (and dtype),
+// grown once per V; the one entry set is cleared again before the next use
+// and when the row source is done, so the buffer is all zero between uses.
+template <typename scalar_t>
+class OneHotRow {
+ public:
+  OneHotRow() = default;
+  OneHotRow(const OneHotRow&) = delete;
+  OneHotRow& operator=(const OneHotRow&) = delete;
+  ~OneHotRow() { clear(); }
+
+  const scalar_t* on(int64_t token, int64_t vocab) {
+    clear();
+    std::vector<scalar_t>& row = buffer();
+    if (static_cast<int64_t>(row.size()) < vocab) row.assign(vocab, scalar_t(0));
+    row[token] = scalar_t(1);
+    hot_ = token;
+    return row.data();
+  }
+
+ private:
+  static std::vector<scalar_t>& buffer() {
+    thread_local std::vector<scalar_t> row;
+    return row;
+  }
+  void clear() {
+    if (hot_ >= 0) buffer()[hot_] = scalar_t(0);
+    hot_ = -1;
+  }
+  int64_t hot_ = -1;
+};
+
+// Draft rows absent (draft_.base null) while sampling: the ragged ops' point-mass
+// draft, q(t) = 1 on the draft token (n-gram and greedy drafts). weigh()
+// then reads only the target row: Q = 1 and q(t) = 1 exactly, as a one-hot
+// row's float64 sum and entry would be.
 template <typename scalar_t>
 class ProbRows {
  public:
@@ -33,8 +74,13 @@ class ProbRows {
 
   Weighed weigh(int64_t seq, int64_t i, int64_t token) {
     t_ = target_.row(seq, i);
-    d_ = draft_.row(seq, i);
     target_mass_ = checked_mass("target_probs", t_, seq, i, target_sums_);
+    if (draft_.base == nullptr) {  // a point-mass draft
+      d_ = one_hot_.on(token, vocab_);
+      draft_mass_ = 1.0;
+      return {as_double(t_[token]), 1.0, target_mass_, draft_mass_};
+    }
+    d_ = draft_.row(seq, i);
     draft_mass_ = checked_mass("draft_probs", d_, seq, i, scratch_sums_);
     const double draft_at = as_double(d_[token]);
     TORCH_CHECK_VALUE(draft_at != 0.0, "draft_probs", where(seq, i, token),
@@ -70,6 +116,8 @@ class ProbRows {
     target_mass_ = checked_mass("target_probs", t_, seq, last_row_, target_sums_);
     return draw_target(u);
   }
+
+  int64_t bonus_argmax(int64_t seq, int64_t k) const { return target_argmax(seq, k); }
 
   int64_t draw_bonus(int64_t seq, int64_t k, double u) {
     t_ = target_.row(seq, k);
@@ -114,6 +162,7 @@ class ProbRows {
   int64_t last_row_ = 0;
   double target_sums_[kMaxBlocks];
   double scratch_sums_[kMaxBlocks];
+  OneHotRow<scalar_t> one_hot_;  // the point-mass draft's row (unused otherwise)
 };
 
 // The four ops: lead 0, the single form (two ints); lead 1, the batched form
@@ -196,6 +245,30 @@ std::tuple<at::Tensor, at::Tensor> verify_block_batched(
     const std::optional<at::Tensor>& num_draft_tokens, const std::optional<at::Tensor>& uniforms,
     std::optional<at::Generator> generator) {
   return verify_block_probs<1>(target_probs, draft_probs, draft_tokens, num_draft_tokens, uniforms, generator);
+}
+
+// ============================================================================
+// The ragged ops (vLLM's flattened layout; decide.h, run_verify_ragged)
+// ============================================================================
+
+std::tuple<at::Tensor, at::Tensor> verify_greedy_ragged(const at::Tensor& target_probs,
+                                                        const at::Tensor& draft_tokens,
+                                                        const at::Tensor& cu_num_draft_tokens,
+                                                        const std::optional<at::Tensor>& bonus_tokens) {
+  return run_verify_ragged<ProbRows>("target_probs", target_probs, "draft_probs", nullptr, draft_tokens,
+                                     cu_num_draft_tokens, bonus_tokens, std::nullopt, std::nullopt,
+                                     [](const RaggedLayout&) { return SameForAll{/*greedy=*/true}; });
+}
+
+// draft_probs absent: a point-mass draft (ProbRows, OneHotRow).
+std::tuple<at::Tensor, at::Tensor> verify_sampled_ragged(
+    const at::Tensor& target_probs, const std::optional<at::Tensor>& draft_probs, const at::Tensor& draft_tokens,
+    const at::Tensor& cu_num_draft_tokens, const std::optional<at::Tensor>& bonus_tokens,
+    const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator) {
+  return run_verify_ragged<ProbRows>("target_probs", target_probs, "draft_probs",
+                                     draft_probs.has_value() ? &*draft_probs : nullptr, draft_tokens,
+                                     cu_num_draft_tokens, bonus_tokens, uniforms, generator,
+                                     [](const RaggedLayout&) { return SameForAll{/*greedy=*/false}; });
 }
 
 }  // namespace spec_verify

@@ -424,3 +424,189 @@ def test_vocabulary_of_2_31_is_refused(path):
     for call in _every_op_call(path, t, d, ids):
         with _raises(ValueError, "V = 2147483648", "2^31 - 1"):
             call()
+
+
+# ----------------------------------------------------------------------------
+# The ragged forms (vLLM's flattened layout): every misuse, both paths alike
+# ----------------------------------------------------------------------------
+
+RAGGED_KINDS = ["greedy", "sampled", "point_mass"]
+
+
+def _ragged_ok():
+    """Three sequences (k = 2, 0, 3), V = 10: target [T+B, V], draft [T, V], ids [T], cu [B], u [T+B]."""
+    gen = torch.Generator().manual_seed(2)
+    target, draft = torch.rand(8, 10, generator=gen) + 0.01, torch.rand(5, 10, generator=gen) + 0.01
+    return target, draft, torch.tensor([1, 2, 3, 4, 5]), torch.tensor([2, 2, 5]), torch.full((8,), 0.5, dtype=F64)
+
+
+def _ragged_call(path, kind, target, draft, tokens, cu, bonus=None, **kw):
+    if kind == "greedy":
+        return path.verify_greedy_ragged(target, tokens, cu, bonus)
+    return path.verify_sampled_ragged(target, None if kind == "point_mass" else draft, tokens, cu, bonus, **kw)
+
+
+@pytest.mark.parametrize("kind", RAGGED_KINDS)
+def test_ragged_bad_layouts(path, kind):
+    target, draft, tokens, cu, _ = _ragged_ok()
+    call = lambda *a, **kw: _ragged_call(path, kind, *a, **kw)  # noqa: E731
+    call(target, draft, tokens, cu)  # valid
+    with _raises(ValueError, "target_probs", "dimensions"):
+        call(target[0], draft, tokens, cu)
+    with _raises(ValueError, "draft_tokens", "dimension"):
+        call(target, draft, tokens[None], cu)
+    with _raises(ValueError, "cu_num_draft_tokens", "dimension"):
+        call(target, draft, tokens, cu[None])
+    with _raises(TypeError, "target_probs", "float32"):
+        call(target.double(), draft, tokens, cu)
+    with _raises(TypeError, "cu_num_draft_tokens", "int64 or int32"):
+        call(target, draft, tokens, cu.float())
+    with _raises(TypeError, "cu_num_draft_tokens", "torch.Tensor"):
+        call(target, draft, tokens, [2, 2, 5])
+    with _raises(ValueError, "cu_num_draft_tokens[1]", "nondecreasing"):
+        call(target, draft, tokens, torch.tensor([3, 2, 5]))
+    with _raises(ValueError, "cu_num_draft_tokens[0]", "non-negative"):
+        call(target[:7], draft, tokens, torch.tensor([-1, 1]))
+    with _raises(ValueError, "cu_num_draft_tokens must end at T = 5"):
+        call(target[:7], draft, tokens, torch.tensor([2, 4]))
+    with _raises(ValueError, "cu_num_draft_tokens must end at T = 5"):
+        call(target[:5], draft, tokens, torch.zeros(0, dtype=torch.long))
+    with _raises(ValueError, "target_probs must have T+B = 8 rows"):
+        call(target[:7], draft, tokens, cu)
+    with _raises(IndexError, "draft_tokens", "outside [0, V)"):
+        call(target, draft, torch.tensor([1, 2, 3, 4, 10]), cu)
+    with _raises(IndexError, "draft_tokens", "outside [0, V)"):
+        call(target, draft, torch.tensor([1, -1, 3, 4, 5], dtype=torch.int32), cu)
+
+
+@pytest.mark.parametrize("kind", RAGGED_KINDS)
+def test_ragged_bad_bonus_tokens(path, kind):
+    target, draft, tokens, cu, _ = _ragged_ok()
+    call = lambda *a, **kw: _ragged_call(path, kind, *a, **kw)  # noqa: E731
+    bonus = torch.tensor([0, 9, 3])
+    call(target[:5], draft, tokens, cu, bonus)  # valid: T rows with the bonus given
+    with _raises(ValueError, "target_probs must have T = 5 rows", "bonus_tokens given"):
+        call(target, draft, tokens, cu, bonus)
+    with _raises(ValueError, "bonus_tokens must have B = 3"):
+        call(target[:5], draft, tokens, cu, bonus[:2])
+    with _raises(ValueError, "bonus_tokens", "dimension"):
+        call(target[:5], draft, tokens, cu, bonus[None])
+    with _raises(TypeError, "bonus_tokens", "int64 or int32"):
+        call(target[:5], draft, tokens, cu, bonus.float())
+    for bad in (10, -1):
+        with _raises(IndexError, "bonus_tokens[1]", "outside [0, V)"):
+            call(target[:5], draft, tokens, cu, torch.tensor([0, bad, 3], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("kind", ["sampled", "point_mass"])
+def test_ragged_bad_uniforms_and_rows(path, kind):
+    target, draft, tokens, cu, u = _ragged_ok()
+    call = lambda *a, **kw: _ragged_call(path, kind, *a, **kw)  # noqa: E731
+    with _raises(ValueError, "uniforms must have shape [8]", "T+B"):
+        call(target, draft, tokens, cu, uniforms=u[:7])
+    with _raises(ValueError, "uniforms must have shape [8]"):
+        call(target, draft, tokens, cu, uniforms=u[None])
+    with _raises(TypeError, "uniforms must be float64"):
+        call(target, draft, tokens, cu, uniforms=u.float())
+    for bad in (1.0, -0.1, NAN):
+        with _raises(ValueError, "uniforms must lie in [0, 1)"):
+            call(target, draft, tokens, cu, uniforms=torch.cat([u[:7], torch.tensor([bad], dtype=F64)]))
+    with _raises(TypeError, "generator"):
+        call(target, draft, tokens, cu, generator=3)
+    poisoned = target.clone()
+    poisoned[3, 7] = NAN  # rows 0-2 are sequence 0's; row 3 is sequence 1's only (k = 0: its bonus row)
+    with _raises(ValueError, "target_probs[1, 0, 7]"):
+        call(poisoned, draft, tokens, cu, uniforms=u)
+    negative = target.clone()
+    negative[4, 2] = -1.0  # sequence 2's first row
+    with _raises(ValueError, "target_probs[2, 0, 2]", "non-negative"):
+        call(negative, draft, tokens, cu, uniforms=u)
+    if kind == "sampled":
+        with _raises(ValueError, "draft_probs must have shape [T, V] = [5, 10]"):
+            call(target, draft[:4], tokens, cu)
+        with _raises(TypeError, "draft_probs must have the dtype of target_probs"):
+            call(target, draft.half(), tokens, cu)
+        zero = draft.clone()
+        zero[2, 3] = 0.0  # sequence 2's first draft row, at its token 3
+        with _raises(ValueError, "draft_probs[2, 0, 3] is zero"):
+            call(target, zero, tokens, cu, uniforms=u)
+
+
+def test_ragged_greedy_nan_names_the_sequence(path):
+    target, _, tokens, cu, _ = _ragged_ok()
+    target[4, 6] = NAN
+    with _raises(ValueError, "target_probs[2, 0, 6] is NaN"):
+        path.verify_greedy_ragged(target, tokens, cu)
+
+
+@pytest.mark.parametrize("kind", RAGGED_KINDS)
+def test_ragged_meta_tensors_are_refused(sv, kind):
+    target, draft, tokens, cu, _ = _ragged_ok()
+    with _raises(ValueError, "one device"):
+        _ragged_call(sv, kind, target, draft, tokens, cu.to("meta"))
+    with _raises(ValueError, "meta tensor"):
+        _ragged_call(sv, kind, target.to("meta"), draft.to("meta"), tokens.to("meta"), cu.to("meta"))
+
+
+def test_ragged_huge_stride_0_layout_is_refused_before_allocating(path):
+    batch = 2**40
+    target = torch.rand(1, 4).expand(batch, 4)
+    no_ids = torch.zeros(0, dtype=torch.long)
+    with _raises(ValueError, "cu_num_draft_tokens[0]", "non-negative"):
+        path.verify_greedy_ragged(target, no_ids, torch.tensor([-1]).expand(batch))
+    with _raises(ValueError, "cu_num_draft_tokens must end at T = 0"):
+        path.verify_greedy_ragged(target[:4], no_ids, torch.tensor([0, 0, 0, 1]))
+
+
+def _logits_ragged_ok():
+    """Two sequences (k = 2, 1), V = 6, with tokens each warped draft row can have drawn."""
+    gen = torch.Generator().manual_seed(4)
+    target, draft = torch.randn(5, 6, generator=gen), torch.randn(3, 6, generator=gen)
+    return target, draft, draft.argmax(-1), torch.tensor([2, 3]), torch.full((5,), 0.5, dtype=F64)
+
+
+@pytest.mark.parametrize("arg, value, exc, words", [
+    ("temperature", -0.5, ValueError, ("temperature", ">= 0")),
+    ("temperature", torch.tensor([0.5, -1.0]), ValueError, ("temperature", ">= 0")),
+    ("temperature", torch.tensor([0.5, NAN]), ValueError, ("temperature", ">= 0")),
+    ("temperature", torch.tensor([0.5, 1.0, 1.0]), ValueError, ("temperature", "B = 2")),
+    ("temperature", torch.tensor([[0.5, 1.0]]), ValueError, ("temperature", "B = 2")),
+    ("temperature", torch.tensor([1, 1]), TypeError, ("temperature", "floating-point")),
+    ("temperature", True, TypeError, ("temperature", "real number")),
+    ("top_k", torch.tensor([1.0, 2.0]), TypeError, ("top_k", "integer")),
+    ("top_k", torch.tensor([3, -1]), ValueError, ("top_k", ">= 0")),
+    ("top_k", torch.tensor([3]), ValueError, ("top_k", "B = 2")),
+    ("top_k", -1, ValueError, ("top_k", ">= 0")),
+    ("top_p", torch.tensor([0.5, 0.0]), ValueError, ("top_p", "(0, 1]")),
+    ("min_p", torch.tensor([0.5, 1.0], dtype=torch.float16), ValueError, ("min_p", "[0, 1)")),
+    ("min_p", "0.1", TypeError, ("min_p", "real number")),
+])
+def test_logits_ragged_bad_warping(path, arg, value, exc, words):
+    target, draft, tokens, cu, u = _logits_ragged_ok()
+    path.verify_logits_ragged(target, draft, tokens, cu, uniforms=u, temperature=torch.tensor([0.7, 0.0]))  # valid
+    with _raises(exc, *words):
+        path.verify_logits_ragged(target, draft, tokens, cu, uniforms=u, **{arg: value})
+
+
+def test_logits_ragged_bad_layouts(path):
+    target, draft, tokens, cu, u = _logits_ragged_ok()
+    with _raises(ValueError, "target_logits must have T+B = 5 rows"):
+        path.verify_logits_ragged(target[:4], draft, tokens, cu)
+    with _raises(ValueError, "draft_logits must have shape [T, V] = [3, 6]"):
+        path.verify_logits_ragged(target, draft[:2], tokens, cu)
+    with _raises(ValueError, "cu_num_draft_tokens[1]", "nondecreasing"):
+        path.verify_logits_ragged(target, draft, tokens, torch.tensor([3, 2]))
+    with _raises(IndexError, "bonus_tokens[0]"):
+        path.verify_logits_ragged(target[:3], draft, tokens, cu, torch.tensor([6, 0]))
+    with _raises(ValueError, "uniforms must have shape [5]"):
+        path.verify_logits_ragged(target, draft, tokens, cu, uniforms=u[:4])
+    poisoned = target.clone()
+    poisoned[3, 1] = NAN  # sequence 1's first row
+    with _raises(ValueError, "target_logits[1, 0, 1]"):
+        path.verify_logits_ragged(poisoned, draft, tokens, cu, uniforms=u, temperature=torch.tensor([1.0, 0.0]))
+    # At temperature 0 a draft token must be its draft row's argmax (sequence 1's here).
+    off = tokens.clone()
+    off[2] = (off[2] + 1) % 6
+    with _raises(ValueError, "draft_tokens[1, 0]", "support"):
+        path.verify_logits_ragged(target, draft, off, cu, uniforms=torch.zeros(5, dtype=F64),
+                                  temperature=torch.tensor([1.0, 0.0]))

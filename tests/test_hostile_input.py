@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 EXAMPLES = int(os.environ.get("SV_HOSTILE_EXAMPLES", "60"))
 LONG_RUN = "SV_HOSTILE_EXAMPLES" in os.environ
 NAMED = (ValueError, TypeError, IndexError)
+F64 = torch.float64
 
 # op -> (its arguments in call order, which take keywords only, row-argument prefix)
 SIGNATURES = {
@@ -45,6 +46,12 @@ SIGNATURES = {
     "verify_block": (["target_probs", "draft_probs", "draft_tokens"], ["generator", "uniforms"]),
     "verify_block_batched": (["target_probs", "draft_probs", "draft_tokens", "num_draft_tokens"],
                              ["generator", "uniforms"]),
+    # The ragged forms (vLLM's flat layout); draft_probs None is a point-mass draft.
+    "verify_greedy_ragged": (["target_probs", "draft_tokens", "cu_num_draft_tokens", "bonus_tokens"], []),
+    "verify_sampled_ragged": (["target_probs", "draft_probs", "draft_tokens", "cu_num_draft_tokens", "bonus_tokens"],
+                              ["generator", "uniforms"]),
+    "verify_logits_ragged": (["target_logits", "draft_logits", "draft_tokens", "cu_num_draft_tokens", "bonus_tokens"],
+                             ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
     "sample_draft": (["draft_logits"], ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
     "warp_probs": (["logits"], ["temperature", "top_k", "top_p", "min_p", "normalize"]),
 }
@@ -99,6 +106,14 @@ def _bad_ids(t: torch.Tensor, vocab: int, draw) -> torch.Tensor:
 def _hostile(name: str, value, shape, draw):
     """One hostile replacement for argument ``name`` (valid value ``value``)."""
     batch, k, vocab = shape
+    if name in ("temperature", "top_p", "min_p", "top_k") and batch and draw(st.booleans()):
+        # The ragged logits op's per-sequence form: [B] tensors, bad lengths, dtypes or values.
+        integral = name == "top_k"
+        base = torch.full((batch,), 3 if integral else 0.5, dtype=torch.int64 if integral else torch.float64)
+        bad = base.clone()
+        bad[draw(st.integers(0, batch - 1))] = draw(st.sampled_from([-1, 0, 2**40] if integral else
+                                                                    [-1.0, math.nan, math.inf, 0.0, 1.0]))
+        return draw(st.sampled_from([bad] + _tensor_mutations(base)))
     if name in ("temperature", "top_p", "min_p"):
         return draw(st.sampled_from(SCALARS))
     if name == "top_k":
@@ -129,6 +144,19 @@ def _hostile(name: str, value, shape, draw):
         if draw(st.booleans()):
             return _bad_ids(value, vocab, draw)
         return draw(st.sampled_from(_tensor_mutations(value)))
+    if name == "cu_num_draft_tokens":
+        if draw(st.booleans()) and value.numel():
+            c = value.clone()
+            c[draw(st.integers(0, c.numel() - 1))] += draw(st.sampled_from([-1, 1, -2**40, 2**40]))
+            return c
+        return draw(st.sampled_from(_tensor_mutations(value)))
+    if name == "bonus_tokens":
+        ids = value if value is not None else torch.zeros(batch, dtype=torch.long)
+        if draw(st.booleans()):
+            return _bad_ids(ids, vocab, draw)
+        return draw(st.sampled_from(_tensor_mutations(ids)))
+    if value is None:  # the point-mass draft's absent rows
+        return draw(st.sampled_from([torch.rand(k, vocab), torch.rand(3, vocab), [[0.5]], "rows"]))
     # rows: target_*, draft_*, logits
     if draw(st.booleans()):
         return _poisoned_rows(value, draw)
@@ -166,11 +194,44 @@ def _valid(sv, op: str, draw, gen):
             "uniforms": uniforms if draw(st.booleans()) else None, "generator": None,
             "draft_logits": draft if op != "sample_draft" else target.reshape(-1, vocab),
             "logits": target, "normalize": draw(st.booleans()), **warp}
+    if op.endswith("ragged"):
+        batch = draw(st.integers(0, 4))
+        _ragged_pool(pool, draw, gen, vocab, dtype, batch=batch, k=k, logits=logits)
     if op == "sample_draft" and pool["uniforms"] is not None:
         pool["uniforms"] = torch.rand(target.reshape(-1, vocab).shape[0], generator=gen, dtype=torch.float64)
     positional, keywords = SIGNATURES[op]
     args = {name: pool[name] for name in positional + keywords}
     return args, (batch, k, vocab)
+
+
+def _ragged_pool(pool, draw, gen, vocab, dtype, batch, k, logits=False):
+    # B sequences of 0..k draft tokens, flat: target [T+B, V] (or [T, V] with
+    # bonus_tokens), draft [T, V] or None (a point-mass draft), ids [T], uniforms [T+B].
+    # Logits: each sequence its own warping (scalars or [B] tensors).
+    counts = torch.randint(0, k + 1, (batch,), generator=gen)
+    total = int(counts.sum())
+    bonus = torch.randint(0, vocab, (batch,), generator=gen) if draw(st.booleans()) else None
+    rows = total if bonus is not None else total + batch
+    if logits:
+        target = (torch.randn(rows, vocab, generator=gen) * 3).to(dtype)
+        draft = (torch.randn(total, vocab, generator=gen) * 3).to(dtype)
+        temperature = torch.tensor([draw(st.sampled_from([0.0, 0.7, 1.0])) for _ in range(batch)], dtype=F64)
+        top_k = torch.tensor([draw(st.sampled_from([0, 1, 5])) for _ in range(batch)], dtype=torch.int64)
+        # Tokens each sequence's warped draft can have drawn: its argmax (in every support).
+        pool.update({"target_logits": target, "draft_logits": draft, "draft_tokens": draft.float().argmax(-1),
+                     "cu_num_draft_tokens": counts.cumsum(0), "bonus_tokens": bonus,
+                     "uniforms": torch.rand(total + batch, generator=gen, dtype=F64) if draw(st.booleans()) else None,
+                     "temperature": temperature if draw(st.booleans()) else pool["temperature"], "top_k": top_k})
+        return
+    pool.update({
+        "target_probs": (torch.rand(rows, vocab, generator=gen) + 0.01).to(dtype),
+        "draft_probs": (torch.rand(total, vocab, generator=gen) + 0.01).to(dtype) if draw(st.booleans()) else None,
+        "draft_tokens": torch.randint(0, vocab, (total,), generator=gen).to(draw(st.sampled_from([torch.int64,
+                                                                                                  torch.int32]))),
+        "cu_num_draft_tokens": counts.cumsum(0).to(draw(st.sampled_from([torch.int64, torch.int32]))),
+        "bonus_tokens": bonus,
+        "uniforms": torch.rand(total + batch, generator=gen, dtype=torch.float64) if draw(st.booleans()) else None,
+    })
 
 
 def _run(fn, args, op, seed):

@@ -105,13 +105,34 @@ def _logits_args(sv):
     return target, draft, tokens, u
 
 
+def _ragged_args():
+    """Three sequences (k = 3, 0, 1) laid out flat: target [T+B, V], draft [T, V], ids [T],
+    cu [B], bonus [B], uniforms [T+B]."""
+    gen = torch.Generator().manual_seed(1)
+    target = torch.rand(7, 37, generator=gen)
+    draft = torch.rand(4, 37, generator=gen)
+    tokens = torch.multinomial(draft, 1, generator=gen).flatten()
+    cu, bonus = torch.tensor([3, 3, 4]), torch.tensor([5, 0, 36])
+    return target, draft, tokens, cu, bonus, torch.rand(7, dtype=torch.float64, generator=gen)
+
+
+def _warp_vectors(batch):
+    """WARP as the ragged logits op's [B] tensors (float64; top_k int64)."""
+    return tuple(torch.full((batch,), v, dtype=torch.int64 if i == 1 else torch.float64) for i, v in enumerate(WARP))
+
+
 def _tensor_op_cases(sv):
     """Op name -> argument tuples, for the ops with tensor outputs (and fake implementations)."""
     target, draft, tokens, uniforms = _sample_args()
     b_target, b_draft, b_tokens = target.repeat(3, 1, 1), draft.repeat(3, 1, 1), tokens.repeat(3, 1)
     counts, b_uniforms = torch.tensor([4, 0, 2]), uniforms.repeat(3, 1)
     lt, ld, ltok, lu = _logits_args(sv)
+    r_target, r_draft, r_tokens, r_cu, r_bonus, r_u = _ragged_args()
     return {
+        "verify_greedy_ragged": [(r_target, r_tokens, r_cu, None),
+                                 (r_target[:4].half(), r_tokens.int(), r_cu.int(), r_bonus)],
+        "verify_sampled_ragged": [(r_target, r_draft, r_tokens, r_cu, None, r_u, None),
+                                  (r_target[:4].bfloat16(), None, r_tokens, r_cu.int(), r_bonus.int(), r_u, None)],
         "verify_greedy": [(target, tokens), (target.half(), tokens.int())],
         "verify_sampled": [(target, draft, tokens, uniforms, None),
                            (target.bfloat16(), draft.bfloat16(), tokens, uniforms, None)],
@@ -120,6 +141,9 @@ def _tensor_op_cases(sv):
         "verify_block": [(target, draft, tokens, uniforms, None),
                          (target.half(), draft.half(), tokens.int(), uniforms, None)],
         "verify_block_batched": [(b_target, b_draft, b_tokens, counts, b_uniforms, None)],
+        "verify_logits_ragged": [(lt, ld, ltok, torch.tensor([4]), *_warp_vectors(1), None, lu, None),
+                                 (lt[:4].half(), ld.half(), ltok.int(), torch.tensor([2, 4]), *_warp_vectors(2),
+                                  torch.tensor([3, 0]), torch.cat([lu, lu[:1]]), None)],
         "verify_logits": [(lt, ld, ltok, *WARP, lu, None),
                           (lt.bfloat16(), ld.bfloat16(), ltok.int(), 0.0, 0, 1.0, 0.0, None, None)],
         "verify_logits_batched": [(lt.repeat(2, 1, 1), ld.repeat(2, 1, 1), ltok.repeat(2, 1), torch.tensor([4, 1]),
@@ -137,8 +161,8 @@ INT_OPS = {"verify_greedy_ints": "verify_greedy", "verify_sampled_ints": "verify
 # No tensor in or out (a string): nothing to trace or compare under aot_dispatch.
 NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "test_faketensor")}
 TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
-              "verify_block", "verify_block_batched",
-              "verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
+              "verify_block", "verify_block_batched", "verify_greedy_ragged", "verify_sampled_ragged",
+              "verify_logits", "verify_logits_batched", "verify_logits_ragged", "sample_draft", "warp_probs"]
 EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
 
 
@@ -177,7 +201,11 @@ def _fake_shapes_probs(sv, mode):
     block = sv.ops.verify_block(target, draft, tokens, uniforms, None)
     block_batched = sv.ops.verify_block_batched(target.repeat(4, 1, 1), draft.repeat(4, 1, 1), tokens.repeat(4, 1),
                                                 None, None, None)
-    return out, batched, [(block, (2,), torch.int64)] + [(t, (4,), torch.int64) for t in block_batched]
+    r_target, r_draft, r_tokens, r_cu, r_bonus, r_u = (mode.from_tensor(t) for t in _ragged_args())
+    ragged = [*sv.ops.verify_greedy_ragged(r_target, r_tokens, r_cu, None),
+              *sv.ops.verify_sampled_ragged(r_target[:4], None, r_tokens, r_cu, r_bonus, r_u, None)]
+    return out, batched, ([(block, (2,), torch.int64)] + [(t, (4,), torch.int64) for t in block_batched]
+                          + [(t, (3,), torch.int64) for t in ragged])
 
 
 def _fake_shapes_logits(sv, mode):
@@ -185,6 +213,10 @@ def _fake_shapes_logits(sv, mode):
     out = sv.ops.verify_logits(target, draft, tokens, *WARP, u, None)
     batched = sv.ops.verify_logits_batched(target.repeat(4, 1, 1), draft.repeat(4, 1, 1), tokens.repeat(4, 1),
                                            None, *WARP, None, None)
+    ragged = sv.ops.verify_logits_ragged(target[:4], draft, tokens, mode.from_tensor(torch.tensor([1, 4])),
+                                         *(mode.from_tensor(v) for v in _warp_vectors(2)),
+                                         mode.from_tensor(torch.tensor([0, 1])), None, None)
+    batched = [*batched, *ragged]
     tokens_out = sv.ops.sample_draft(draft, *WARP, None, None)
     probs = sv.ops.warp_probs(draft.half(), *WARP, True)
     return out, batched, [(tokens_out, (4,), torch.int64), (probs, (4, 37), torch.float32)]
@@ -196,7 +228,7 @@ def test_fake_implementations_give_the_real_shapes(sv, family, shapes):
     with FakeTensorMode() as mode:
         out, batched, others = shapes(sv, mode)
     assert tuple(out.shape) == (2,) and out.dtype == torch.int64
-    assert [tuple(t.shape) for t in batched] == [(4,), (4,)]
+    assert [tuple(t.shape) for t in batched] == [(4,), (4,)] + ([(2,), (2,)] if family == "logits" else [])
     for tensor, shape, dtype in others:
         assert tuple(tensor.shape) == shape and tensor.dtype == dtype
 
@@ -267,6 +299,50 @@ def test_ops_compile_with_fullgraph(sv, name):
     assert compiled(target, draft, tokens, uniforms).tolist() == list(
         OPS[name.split("-")[0]].call(sv, target, draft, tokens, uniforms=uniforms, **_warp_kwargs(name))
     )
+
+
+def test_ragged_ops_compile_with_fullgraph(sv):
+    target, draft, tokens, cu, bonus, u = _ragged_args()
+
+    def decide(target, draft, tokens, cu, bonus, u):
+        greedy = sv.ops.verify_greedy_ragged(target, tokens, cu, None)
+        sampled = sv.ops.verify_sampled_ragged(target, draft, tokens, cu, None, u, None)
+        point_mass = sv.ops.verify_sampled_ragged(target[:4], None, tokens, cu, bonus, u, None)
+        return torch.stack([*greedy, *sampled, *point_mass]) + 0
+
+    compiled = torch.compile(decide, fullgraph=True, backend="eager")
+    lt, ld, ltok, lu = _logits_args(sv)
+
+    def decide_logits(lt, ld, ltok, lu):
+        return torch.stack(sv.ops.verify_logits_ragged(lt, ld, ltok, torch.tensor([4]), *_warp_vectors(1), None, lu,
+                                                       None)) + 0
+
+    compiled_logits = torch.compile(decide_logits, fullgraph=True, backend="eager")
+    assert compiled_logits(lt, ld, ltok, lu).flatten().tolist() == list(
+        sv.verify_logits(lt, ld, ltok, uniforms=lu, **dict(zip(("temperature", "top_k", "top_p", "min_p"), WARP))))
+    want = torch.stack([*sv.verify_greedy_ragged(target, tokens, cu),
+                        *sv.verify_sampled_ragged(target, draft, tokens, cu, uniforms=u),
+                        *sv.verify_sampled_ragged(target[:4], None, tokens, cu, bonus, uniforms=u)])
+    assert torch.equal(compiled(target, draft, tokens, cu, bonus, u), want)
+
+
+def test_fakes_refuse_bad_ragged_layouts(sv):
+    target, draft, tokens, cu, bonus, u = _ragged_args()
+    with FakeTensorMode() as mode:
+        t, d, ids, c, bo, uu = (mode.from_tensor(x) for x in (target, draft, tokens, cu, bonus, u))
+        with pytest.raises(ValueError, match="T\\+B = 7 rows"):
+            sv.ops.verify_greedy_ragged(t[:4], ids, c, None)
+        with pytest.raises(ValueError, match="T = 4 rows"):
+            sv.ops.verify_greedy_ragged(t, ids, c, bo)
+        with pytest.raises(ValueError, match="uniforms must have shape \\[7\\]"):
+            sv.ops.verify_sampled_ragged(t, d, ids, c, None, uu[:6], None)
+        with pytest.raises(ValueError, match="bonus_tokens must have B = 3"):
+            sv.ops.verify_sampled_ragged(t[:4], None, ids, c, bo[:2], uu, None)
+        warps = [mode.from_tensor(v) for v in _warp_vectors(3)]
+        with pytest.raises(ValueError, match="top_p must be a scalar or have B = 3"):
+            sv.ops.verify_logits_ragged(t, d, ids, c, warps[0], warps[1], warps[2][:2], warps[3], None, uu, None)
+        with pytest.raises(TypeError, match="top_k must be torch.int64"):
+            sv.ops.verify_logits_ragged(t, d, ids, c, warps[0], warps[0], warps[2], warps[3], None, uu, None)
 
 
 @pytest.mark.parametrize("name", ["greedy", "logits"])

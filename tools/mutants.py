@@ -71,6 +71,17 @@ MUTANTS = [
            "    return sum_lanes((s0 + s1) + (s2 + s3));",
            "    return static_cast<float>(sum_lanes((s0 + s1) + (s2 + s3)));",
            ["tests/test_match_reference.py"]),
+    # The ragged layout (vLLM's flat rows): an offset off by one sequence.
+    Mutant("ragged target rows skip no bonus rows", "csrc/checks.h",
+           "return starts[b] + (given_bonus ? 0 : b); }", "return starts[b]; }",
+           ["tests/test_ragged.py"]),
+    Mutant("ragged uniforms read at the draft offset", "csrc/checks.h",
+           "int64_t uniform_start(int64_t b) const { return starts[b] + b; }",
+           "int64_t uniform_start(int64_t b) const { return starts[b]; }",
+           ["tests/test_ragged.py"]),
+    Mutant("ragged point-mass residual removes the wrong token", "csrc/ops_probs.cpp",
+           "d_ = one_hot_.on(token, vocab_);", "d_ = one_hot_.on((token + 1) % vocab_, vocab_);",
+           ["tests/test_ragged.py"]),
 ]
 
 

@@ -47,6 +47,15 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
       "verify_block_batched(Tensor target_probs, Tensor draft_probs, Tensor draft_tokens, "
       "Tensor? num_draft_tokens=None, Tensor? uniforms=None, Generator? generator=None) "
       "-> (Tensor, Tensor)");
+  // The ragged forms: vLLM's flattened layout, read in place (DESIGN.md,
+  // "Ragged layout"). draft_probs None: a point-mass draft.
+  m.def(
+      "verify_greedy_ragged(Tensor target_probs, Tensor draft_tokens, Tensor cu_num_draft_tokens, "
+      "Tensor? bonus_tokens=None) -> (Tensor, Tensor)");
+  m.def(
+      "verify_sampled_ragged(Tensor target_probs, Tensor? draft_probs, Tensor draft_tokens, "
+      "Tensor cu_num_draft_tokens, Tensor? bonus_tokens=None, Tensor? uniforms=None, "
+      "Generator? generator=None) -> (Tensor, Tensor)");
   // No tensors in or out: registered for every backend.
   m.def("build_info() -> str", &spec_verify::build_info);
   // Logits in: temperature, top-k, top-p, min-p applied to draft and target
@@ -64,6 +73,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
       "Tensor? num_draft_tokens=None, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None, bool block=False) "
       "-> (Tensor, Tensor)");
+  // The ragged form with per-sequence warping ([B] tensors; the wrapper
+  // broadcasts scalars).
+  m.def(
+      "verify_logits_ragged(Tensor target_logits, Tensor draft_logits, Tensor draft_tokens, "
+      "Tensor cu_num_draft_tokens, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p, "
+      "Tensor? bonus_tokens=None, Tensor? uniforms=None, Generator? generator=None) -> (Tensor, Tensor)");
   m.def(
       "sample_draft(Tensor draft_logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
@@ -82,9 +97,12 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("verify_block", &spec_verify::verify_block);
   m.impl("verify_block_ints", &spec_verify::verify_block_ints);
   m.impl("verify_block_batched", &spec_verify::verify_block_batched);
+  m.impl("verify_greedy_ragged", &spec_verify::verify_greedy_ragged);
+  m.impl("verify_sampled_ragged", &spec_verify::verify_sampled_ragged);
   m.impl("verify_logits", &spec_verify::verify_logits);
   m.impl("verify_logits_ints", &spec_verify::verify_logits_ints);
   m.impl("verify_logits_batched", &spec_verify::verify_logits_batched);
+  m.impl("verify_logits_ragged", &spec_verify::verify_logits_ragged);
   m.impl("sample_draft", &spec_verify::sample_draft);
   m.impl("warp_probs", &spec_verify::warp_probs);
 }

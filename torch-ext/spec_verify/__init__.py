@@ -11,8 +11,8 @@ token after a rejection, the bonus token after a full acceptance).
 
 This file is the package's face: it re-exports, nothing else. Where things live:
 
-* ``verify.py``     probability rows in: ``verify_greedy``, ``verify_sampled``, batched forms
-* ``logits.py``     logits in: ``verify_logits``, ``sample_draft``, ``warp_probs``
+* ``verify.py``     probability rows in: ``verify_greedy``, ``verify_sampled``, batched and ragged forms
+* ``logits.py``     logits in: ``verify_logits`` (batched, ragged), ``sample_draft``, ``warp_probs``
 * ``reference.py``  the pure-torch reference of every op (one decision stack)
 * ``warping.py``    the definition of the warping (temperature, top-k, top-p, min-p)
 * ``law.py``        the exact law of speculative sampling
@@ -43,15 +43,17 @@ from .law import (
     expected_accepted_block,
     joint_law,
 )
-from .logits import sample_draft, verify_logits, verify_logits_batched, warp_probs
+from .logits import sample_draft, verify_logits, verify_logits_batched, verify_logits_ragged, warp_probs
 from .verify import (
     build_info,
     verify_block,
     verify_block_batched,
     verify_greedy,
     verify_greedy_batched,
+    verify_greedy_ragged,
     verify_sampled,
     verify_sampled_batched,
+    verify_sampled_ragged,
 )
 
 __all__ = [
@@ -62,9 +64,12 @@ __all__ = [
     "verify_sampled_batched",
     "verify_block",
     "verify_block_batched",
+    "verify_greedy_ragged",
+    "verify_sampled_ragged",
     # Logits in
     "verify_logits",
     "verify_logits_batched",
+    "verify_logits_ragged",
     "sample_draft",
     "warp_probs",
     # The exact law

@@ -261,3 +261,147 @@ def check_sequences(target, draft, draft_tokens, num_draft_tokens=None, *, batch
     else:
         check_token_range(draft_tokens, vocab)
     return Shape(batch, k, vocab, counts)
+
+
+# ----------------------------------------------------------------------------
+# The ragged ops' layout (vLLM's flattened one; csrc/checks.cpp, check_ragged_args)
+# ----------------------------------------------------------------------------
+
+RAGGED_UNIFORMS = "one per draft token plus one final draw per sequence: T+B"
+
+
+class RaggedShape(NamedTuple):
+    """What ``check_ragged`` found: B sequences, T = sum of k_b draft tokens, V ids.
+
+    ``starts[b]`` is sequence b's first flat draft token (``cu[b-1]``, 0 for
+    b = 0); ``starts[B] = T``. Empty when no value was read (the fakes).
+    """
+
+    batch: int
+    total: int
+    vocab: int
+    given_bonus: bool
+    starts: list[int]
+
+    def count(self, b: int) -> int:
+        return self.starts[b + 1] - self.starts[b]
+
+    def target_start(self, b: int) -> int:
+        """Sequence b's first flat target row: k_b + 1 rows per sequence, or k_b with bonus_tokens."""
+        return self.starts[b] + (0 if self.given_bonus else b)
+
+    def uniform_start(self, b: int) -> int:
+        """Sequence b's first uniform: always k_b + 1 per sequence."""
+        return self.starts[b] + b
+
+
+def check_ragged(target, draft, draft_tokens, cu_num_draft_tokens, bonus_tokens=None, *, target_name: str,
+                 draft_name: str, read_values: bool = True) -> RaggedShape:
+    """Every check of a ragged verify op's tensors, in the C++ order and wording.
+
+    ``draft`` None: no draft rows (greedy, or a point-mass draft). ``read_values``
+    False (the fakes): ranks, dtypes, shapes and devices only.
+    """
+    check_rows_tensor(target_name, target, 2)
+    if draft is not None:
+        check_rows_tensor(draft_name, draft, 2)
+    check_tokens_tensor("draft_tokens", draft_tokens, 1)
+    check_tokens_tensor("cu_num_draft_tokens", cu_num_draft_tokens, 1)
+    batch, total = cu_num_draft_tokens.shape[0], draft_tokens.shape[0]
+    given_bonus = bonus_tokens is not None
+    if given_bonus:
+        check_tokens_tensor("bonus_tokens", bonus_tokens, 1)
+        if bonus_tokens.shape[0] != batch:
+            raise ValueError(f"bonus_tokens must have B = {batch} entries (one per sequence), "
+                             f"got shape {tuple(bonus_tokens.shape)}")
+    rows = total if given_bonus else total + batch
+    if target.shape[0] != rows:
+        which = "T = " if given_bonus else "T+B = "
+        per = " sequences with bonus_tokens given" if given_bonus else " sequences (k_b+1 per sequence)"
+        raise ValueError(f"{target_name} must have {which}{rows} rows for T = {total} draft_tokens in "
+                         f"B = {batch}{per}, got shape {tuple(target.shape)}")
+    vocab = check_vocab(target_name, target.shape[1])
+    if draft is not None:
+        if draft.dtype != target.dtype:
+            raise TypeError(
+                f"{draft_name} must have the dtype of {target_name} ({target.dtype}), got {draft.dtype}"
+            )
+        if tuple(draft.shape) != (total, vocab):
+            raise ValueError(f"{draft_name} must have shape [T, V] = [{total}, {vocab}], got {tuple(draft.shape)}")
+    tensors = {target_name: target, "draft_tokens": draft_tokens, "cu_num_draft_tokens": cu_num_draft_tokens,
+               **({draft_name: draft} if draft is not None else {}),
+               **({"bonus_tokens": bonus_tokens} if given_bonus else {})}
+    check_same_device(**tensors)
+    if not read_values:
+        return RaggedShape(batch, total, vocab, given_bonus, [])
+    check_has_values(**tensors)
+    # The cumulative counts: non-negative, nondecreasing, ending at T; in
+    # chunks, so a bad entry of a huge (stride-0) tensor is found without
+    # materializing it.
+    previous = 0
+    for start in range(0, batch, _CHUNK):
+        chunk = cu_num_draft_tokens[start:start + _CHUNK].long().cpu()
+        before = torch.cat([torch.tensor([previous], dtype=torch.int64), chunk[:-1]])
+        bad = (chunk < before).nonzero()
+        if bad.numel():
+            b = start + int(bad[0, 0])
+            raise ValueError(
+                f"cu_num_draft_tokens[{b}] is {int(chunk[b - start])}, below {'0' if b == 0 else 'the entry before it'}"
+                ": the inclusive cumulative sum of the draft counts must be non-negative and nondecreasing"
+            )
+        previous = int(chunk[-1])
+    if previous != total:
+        raise ValueError(f"cu_num_draft_tokens must end at T = {total} (the number of draft_tokens), got {previous}")
+    check_token_range(draft_tokens, vocab)
+    if given_bonus and batch:
+        bad = ((bonus_tokens < 0) | (bonus_tokens >= vocab)).nonzero()
+        if bad.numel():
+            b = int(bad[0, 0])
+            raise IndexError(f"bonus_tokens[{b}] holds token id {int(bonus_tokens[b])}, "
+                             f"outside [0, V) with V = {vocab}")
+    return RaggedShape(batch, total, vocab, given_bonus, [0] + cu_num_draft_tokens.tolist())
+
+
+# The ragged logits op's per-sequence warping: each argument a scalar (every
+# sequence alike) or a [B] tensor. Types first (before the layout, like the
+# scalar ops' warp_scalars); lengths and values once B is known.
+
+WARP_NAMES = ("temperature", "top_k", "top_p", "min_p")
+
+
+def ragged_warp_types(temperature, top_k, top_p, min_p) -> tuple:
+    """Each warping argument as a scalar of the schema's type (``warp_scalars``'
+    rules; its range is checked per sequence later) or a tensor: a floating
+    tensor for temperature / top_p / min_p, an integer one for top_k."""
+    values = []
+    for name, value in zip(WARP_NAMES, (temperature, top_k, top_p, min_p)):
+        if isinstance(value, torch.Tensor):
+            integral = name == "top_k"
+            ok = (not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool) \
+                if integral else value.is_floating_point()
+            if not ok:
+                kind = "an integer" if integral else "a floating-point"
+                raise TypeError(f"{name} must be a scalar or {kind} tensor (one per sequence), got {value.dtype}")
+            values.append(value)
+        else:
+            values.append(value)
+    scalars = [v if not isinstance(v, torch.Tensor) else d for v, d in zip(values, (1.0, 0, 1.0, 0.0))]
+    checked = warp_scalars(*scalars)  # the scalars' types (a tensor's stand-in always passes)
+    return tuple(v if isinstance(v, torch.Tensor) else c for v, c in zip(values, checked))
+
+
+def ragged_warp_vectors(values: tuple, batch: int) -> tuple[torch.Tensor, ...]:
+    """The four warping arguments as ``[B]`` CPU tensors (float64; top_k int64), scalars
+    broadcast; a tensor of another length is refused, a meta tensor too."""
+    out = []
+    for name, value in zip(WARP_NAMES, values):
+        dtype = torch.int64 if name == "top_k" else torch.float64
+        if isinstance(value, torch.Tensor):
+            if tuple(value.shape) != (batch,):
+                raise ValueError(f"{name} must be a scalar or have B = {batch} entries (one per sequence), "
+                                 f"got shape {tuple(value.shape)}")
+            check_has_values(**{name: value})
+            out.append(value.to(device="cpu", dtype=dtype))
+        else:
+            out.append(torch.full((batch,), value, dtype=dtype))
+    return tuple(out)

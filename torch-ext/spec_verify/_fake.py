@@ -18,6 +18,9 @@ from __future__ import annotations
 import torch
 
 from ._checks import (
+    RAGGED_UNIFORMS,
+    WARP_NAMES,
+    check_ragged,
     check_rows_tensor,
     check_same_device,
     check_sequences,
@@ -79,6 +82,27 @@ torch.library.register_fake(add_op_namespace_prefix("verify_block"))(_verify_sam
 torch.library.register_fake(add_op_namespace_prefix("verify_block_batched"))(_verify_sampled_batched_fake)
 
 
+# The ragged forms (vLLM's flattened layout): B = cu_num_draft_tokens.shape[0].
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_greedy_ragged"))
+def _verify_greedy_ragged_fake(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens=None):
+    shape = check_ragged(target_probs, None, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_probs", draft_name="draft_probs", read_values=False)
+    return _pair(target_probs, shape.batch)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_sampled_ragged"))
+def _verify_sampled_ragged_fake(target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens=None,
+                                uniforms=None, generator=None):
+    shape = check_ragged(target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_probs", draft_name="draft_probs", read_values=False)
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (shape.total + shape.batch,), RAGGED_UNIFORMS)
+        check_same_device(target_probs=target_probs, uniforms=uniforms)
+    return _pair(target_probs, shape.batch)
+
+
 # ----------------------------------------------------------------------------
 # Logits in (csrc/ops_logits.cpp). verify_logits_ints, like the other *_ints
 # ops, has no fake on purpose. The warping's values are checked first, as the
@@ -104,6 +128,25 @@ def _verify_logits_batched_fake(
     check_warp_values(temperature, top_k, top_p, min_p)
     shape = _check(target_logits, draft_logits, draft_tokens, num_draft_tokens, uniforms, batched=True,
                    rows="logits")
+    return _pair(target_logits, shape.batch)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_logits_ragged"))
+def _verify_logits_ragged_fake(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, temperature, top_k,
+                               top_p, min_p, bonus_tokens=None, uniforms=None, generator=None):
+    shape = check_ragged(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_logits", draft_name="draft_logits", read_values=False)
+    for name, t, dtype in zip(WARP_NAMES, (temperature, top_k, top_p, min_p),
+                              (torch.float64, torch.int64, torch.float64, torch.float64)):
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must be {dtype} (one per sequence), got {t.dtype}")
+        if tuple(t.shape) != (shape.batch,):
+            raise ValueError(f"{name} must be a scalar or have B = {shape.batch} entries (one per sequence), "
+                             f"got shape {tuple(t.shape)}")
+        check_same_device(target_logits=target_logits, **{name: t})
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (shape.total + shape.batch,), RAGGED_UNIFORMS)
+        check_same_device(target_logits=target_logits, uniforms=uniforms)
     return _pair(target_logits, shape.batch)
 
 

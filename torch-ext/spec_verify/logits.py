@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 
 from . import reference
-from ._checks import check_flag, check_generator, warp_scalars
+from ._checks import check_flag, check_generator, ragged_warp_types, warp_scalars
 from ._dispatch import eager, runs_in_cpp
 from ._ops import ops
 
-__all__ = ["verify_logits", "verify_logits_batched", "sample_draft", "warp_probs"]
+__all__ = ["verify_logits", "verify_logits_batched", "verify_logits_ragged", "sample_draft", "warp_probs"]
 
 
 def verify_logits(
@@ -213,6 +213,101 @@ def verify_logits_batched(
     return reference.verify_logits_batched(
         target_logits, draft_logits, draft_tokens, num_draft_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms, method=method,
+    )
+
+
+def verify_logits_ragged(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    cu_num_draft_tokens: torch.Tensor,
+    bonus_tokens: torch.Tensor | None = None,
+    *,
+    temperature: float | torch.Tensor = 1.0,
+    top_k: int | torch.Tensor = 0,
+    top_p: float | torch.Tensor = 1.0,
+    min_p: float | torch.Tensor = 0.0,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``verify_logits`` for B sequences laid out flat, as vLLM lays them out, each with its own warping.
+
+    The layout of ``verify_sampled_ragged`` (``draft_tokens [T]``,
+    ``cu_num_draft_tokens [B]``, target rows ``[T+B, V]`` or ``[T, V]`` with
+    ``bonus_tokens``, uniforms ``[T+B]``); entry ``b`` is exactly
+    ``verify_logits`` on sequence ``b``'s own rows, tokens and uniforms with
+    sequence ``b``'s warping -- at temperature 0, greedy for that sequence.
+
+    Parameters
+    ----------
+    target_logits : torch.Tensor
+        ``[T+B, V]``, or ``[T, V]`` with ``bonus_tokens``; the rules of ``verify_logits``.
+    draft_logits : torch.Tensor
+        ``[T, V]``, same dtype: row ``j`` is what ``draft_tokens[j]`` was sampled from.
+    draft_tokens : torch.Tensor
+        ``[T]``, int64 or int32; each in its warped draft row's support.
+    cu_num_draft_tokens : torch.Tensor
+        ``[B]``, the inclusive cumulative sum of the draft counts.
+    bonus_tokens : torch.Tensor, optional
+        ``[B]``, in ``[0, V)``: emitted after a full acceptance instead of a
+        bonus from a target row.
+    temperature, top_k, top_p, min_p : scalar or torch.Tensor
+        Each a scalar (every sequence alike) or a ``[B]`` tensor (floating;
+        ``top_k`` integer), with ``verify_logits``' rules per sequence. A
+        negative temperature is a ValueError.
+    generator : torch.Generator, optional
+        Source of the ``T+B`` uniforms when ``uniforms`` is None (none are
+        drawn when every sequence is greedy).
+    uniforms : torch.Tensor, optional
+        ``[T+B]`` float64 in ``[0, 1)``, laid out as in ``verify_sampled_ragged``.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        ``n_accepted [B]`` and ``next_token [B]``, int64.
+
+    Raises
+    ------
+    TypeError, ValueError, IndexError
+        as ``verify_logits`` and ``verify_sampled_ragged``; a warping tensor
+        of another length than B is a ValueError.
+
+    See Also
+    --------
+    verify_logits : one sequence; entry ``b`` equals it on sequence ``b``'s slice.
+    verify_logits_batched : the padded layout, one warping for the batch.
+    verify_sampled_ragged : the layout, on probability rows.
+
+    Examples
+    --------
+    >>> import torch
+    >>> # Sequence 0 is verify_logits' example (k = 1, top_k = 2): token 1 accepted,
+    >>> # bonus 2. Sequence 1 (k = 0) runs at temperature 0: its bonus is the argmax, 1.
+    >>> target = torch.tensor([[2.0, 1.0, 0.0], [0.0, 0.0, 3.0], [0.0, 5.0, 1.0]])
+    >>> draft = torch.tensor([[1.0, 2.0, 0.0]])
+    >>> u = torch.tensor([0.3, 0.5, 0.9], dtype=torch.float64)
+    >>> n, nxt = verify_logits_ragged(target, draft, torch.tensor([1]), torch.tensor([1, 1]),
+    ...                               temperature=torch.tensor([1.0, 0.0]), top_k=2, uniforms=u)
+    >>> n.tolist(), nxt.tolist()
+    ([1, 0], [2, 1])
+    """
+    values = ragged_warp_types(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    required = (target_logits, draft_logits, draft_tokens, cu_num_draft_tokens)
+    # None for a required tensor goes to the reference, which names it (the
+    # dispatcher would pass an undefined tensor).
+    if all(isinstance(t, torch.Tensor) for t in required) and runs_in_cpp(*required, bonus_tokens, uniforms, *tensors):
+        # Scalars broadcast to [B]; tensors converted to the schema's dtypes, their
+        # lengths checked by the op (after the layout, as the reference does).
+        batch = cu_num_draft_tokens.shape[0] if cu_num_draft_tokens.dim() == 1 else 0
+        vectors = [v.to(dtype) if isinstance(v, torch.Tensor) else torch.full((batch,), v, dtype=dtype)
+                   for v, dtype in zip(values, (torch.float64, torch.int64, torch.float64, torch.float64))]
+        return ops.verify_logits_ragged(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, *vectors,
+                                        bonus_tokens, uniforms, generator)
+    return reference.verify_logits_ragged(
+        target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, bonus_tokens, temperature=temperature,
+        top_k=top_k, top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms,
     )
 
 

@@ -31,13 +31,17 @@ from ._checks import (
     check_flag,
     check_generator,
     check_has_values,
+    check_ragged,
     check_rows_tensor,
+    ragged_warp_types,
+    ragged_warp_vectors,
     check_sequences,
     check_uniforms,
     check_vocab,
     checked_argmax,
     warp_scalars,
     where,
+    RAGGED_UNIFORMS,
 )
 from .warping import Warp, check_warp, warp_row, warp_weights
 
@@ -48,8 +52,11 @@ __all__ = [
     "verify_sampled_batched",
     "verify_block",
     "verify_block_batched",
+    "verify_greedy_ragged",
+    "verify_sampled_ragged",
     "verify_logits",
     "verify_logits_batched",
+    "verify_logits_ragged",
     "sample_draft",
     "warp_probs",
     "warp_weights",
@@ -133,7 +140,34 @@ def _take_uniforms(uniforms, generator, shape: tuple[int, ...], draw: bool,
 # ----------------------------------------------------------------------------
 
 
-class ProbRows:
+class _BonusFromRow:
+    """The bonus token from target row K: its argmax (greedy) or a draw from it (sampled)."""
+
+    def bonus_argmax(self, k: int) -> int:
+        return self.target_argmax(k)
+
+    def draw_bonus(self, k: int, u: float) -> int:
+        return inverse_cdf(self.target_row(k)[0], u)
+
+
+class GivenBonus:
+    """A row source whose bonus token is the caller's (the ragged ops' ``bonus_tokens``):
+    a full acceptance emits it, reading no row and drawing nothing; all else is ``rows``'."""
+
+    def __init__(self, rows, bonus: int):
+        self.rows, self.bonus = rows, bonus
+
+    def __getattr__(self, name):
+        return getattr(self.rows, name)
+
+    def bonus_argmax(self, k: int) -> int:
+        return self.bonus
+
+    def draw_bonus(self, k: int, u: float) -> int:
+        return self.bonus
+
+
+class ProbRows(_BonusFromRow):
     """Rows of probabilities (not necessarily normalized): ``verify_greedy`` / ``verify_sampled``."""
 
     target_name, draft_name = "target_probs", "draft_probs"
@@ -175,7 +209,23 @@ class ProbRows:
         )
 
 
-class WarpedRows:
+class PointMassRows(ProbRows):
+    """Probability rows with a point-mass draft (``verify_sampled_ragged`` without
+    ``draft_probs``): draft row i is the one-hot row on ``tokens[i]`` -- exactly the
+    row ``verify_sampled`` would be given -- so q(t) = Q = 1, the accept test is
+    ``u * P < p(t)`` and the residual is ``p`` with t's weight removed."""
+
+    def __init__(self, target, tokens: list[int], prefix: tuple[int, ...] = ()):
+        super().__init__(target, None, prefix)
+        self.tokens = tokens
+
+    def draft_row(self, i: int) -> tuple[torch.Tensor, float]:
+        row64 = torch.zeros(self.target.shape[-1], dtype=torch.float64)
+        row64[self.tokens[i]] = 1.0
+        return row64, 1.0
+
+
+class WarpedRows(_BonusFromRow):
     """Rows of logits, warped on read (``warping.py``): ``verify_logits``."""
 
     target_name, draft_name = "target_logits", "draft_logits"
@@ -230,7 +280,7 @@ def greedy_sequence(rows, tokens: list[int]) -> tuple[int, int]:
         best = rows.target_argmax(i)
         if token != best:
             return i, best
-    return k, rows.target_argmax(k)
+    return k, rows.bonus_argmax(k)
 
 
 def sampled_sequence(rows, tokens: list[int], u: list[float]) -> tuple[int, int]:
@@ -247,8 +297,7 @@ def sampled_sequence(rows, tokens: list[int], u: list[float]) -> tuple[int, int]
         if float(u[i]) * q_t * p_mass < p_t * q_mass:
             continue
         return i, _draw_correction(p, q, p_mass, q_mass, u_final)
-    p, _ = rows.target_row(k)
-    return k, inverse_cdf(p, u_final)
+    return k, rows.draw_bonus(k, u_final)
 
 
 # Block verification (Sun et al. 2024, Algorithm 2; DESIGN.md, "Block").
@@ -383,6 +432,63 @@ def verify_block_batched(target_probs, draft_probs, draft_tokens, num_draft_toke
 
 
 # ----------------------------------------------------------------------------
+# The ragged forms (vLLM's flattened layout; DESIGN.md, "Ragged layout")
+# ----------------------------------------------------------------------------
+
+
+def _run_ragged(shape, decide) -> tuple[torch.Tensor, torch.Tensor]:
+    n_acc = torch.empty(shape.batch, dtype=torch.int64)
+    nxt = torch.empty(shape.batch, dtype=torch.int64)
+    for b in range(shape.batch):
+        n_acc[b], nxt[b] = decide(b, shape.count(b))
+    return n_acc, nxt
+
+
+def _ragged_slices(shape, b: int, k: int, target, draft, draft_tokens, bonus_tokens):
+    """Sequence b's own slices of the flat tensors: target rows (k_b+1, or k_b with a
+    given bonus), draft rows (None: none), ids; and its bonus token (None: from row k_b)."""
+    t0, d0 = shape.target_start(b), shape.starts[b]
+    rows = target[t0:t0 + k + (0 if shape.given_bonus else 1)]
+    drafts = None if draft is None else draft[d0:d0 + k]
+    bonus = None if bonus_tokens is None else int(bonus_tokens[b])
+    return rows, drafts, draft_tokens[d0:d0 + k].tolist(), bonus
+
+
+def _with_bonus(rows, bonus):
+    return rows if bonus is None else GivenBonus(rows, bonus)
+
+
+def verify_greedy_ragged(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens=None):
+    """Reference ``spec_verify.verify_greedy_ragged``."""
+    shape = check_ragged(target_probs, None, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_probs", draft_name="draft_probs")
+
+    def decide(b, k):
+        rows, _, tokens, bonus = _ragged_slices(shape, b, k, target_probs, None, draft_tokens, bonus_tokens)
+        return greedy_sequence(_with_bonus(ProbRows(rows, None, (b,)), bonus), tokens)
+
+    return _run_ragged(shape, decide)
+
+
+def verify_sampled_ragged(target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens=None, *,
+                          generator=None, uniforms=None):
+    """Reference ``spec_verify.verify_sampled_ragged`` (``draft_probs`` None: a point-mass draft)."""
+    check_generator(generator)
+    shape = check_ragged(target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_probs", draft_name="draft_probs")
+    u = _take_uniforms(uniforms, generator, (shape.total + shape.batch,), draw=True, what=RAGGED_UNIFORMS)
+
+    def decide(b, k):
+        rows, drafts, tokens, bonus = _ragged_slices(shape, b, k, target_probs, draft_probs, draft_tokens,
+                                                     bonus_tokens)
+        source = PointMassRows(rows, tokens, (b,)) if drafts is None else ProbRows(rows, drafts, (b,))
+        u0 = shape.uniform_start(b)
+        return sampled_sequence(_with_bonus(source, bonus), tokens, u[u0:u0 + k + 1].tolist())
+
+    return _run_ragged(shape, decide)
+
+
+# ----------------------------------------------------------------------------
 # Logits in (warped by warping.py, identically for draft and target)
 # ----------------------------------------------------------------------------
 
@@ -425,6 +531,30 @@ def verify_logits_batched(target_logits, draft_logits, draft_tokens, num_draft_t
     return _run_batch(shape, lambda b, kb: _logits_sequence(
         WarpedRows(target_logits[b], draft_logits[b], warp, (b,)), draft_tokens[b, :kb].tolist(),
         None if u is None else u[b, : kb + 1].tolist(), block))
+
+
+def verify_logits_ragged(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, bonus_tokens=None, *,
+                         temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None):
+    """Reference ``spec_verify.verify_logits_ragged``: the ragged layout, each sequence its own warping."""
+    values = ragged_warp_types(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    check_rows_tensor("target_logits", target_logits, 2)
+    check_rows_tensor("draft_logits", draft_logits, 2)  # required: None is no point mass here
+    shape = check_ragged(target_logits, draft_logits, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+                         target_name="target_logits", draft_name="draft_logits")
+    vectors = ragged_warp_vectors(values, shape.batch)
+    warps = [check_warp(*args) for args in zip(*(v.tolist() for v in vectors))]
+    u = _take_uniforms(uniforms, generator, (shape.total + shape.batch,),
+                       draw=not all(w.greedy for w in warps), what=RAGGED_UNIFORMS)
+
+    def decide(b, k):
+        rows, drafts, tokens, bonus = _ragged_slices(shape, b, k, target_logits, draft_logits, draft_tokens,
+                                                     bonus_tokens)
+        u0 = shape.uniform_start(b)
+        return _logits_sequence(_with_bonus(WarpedRows(rows, drafts, warps[b], (b,)), bonus), tokens,
+                                None if u is None else u[u0:u0 + k + 1].tolist())
+
+    return _run_ragged(shape, decide)
 
 
 def sample_draft(draft_logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,

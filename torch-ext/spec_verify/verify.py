@@ -22,6 +22,8 @@ __all__ = [
     "verify_sampled_batched",
     "verify_block",
     "verify_block_batched",
+    "verify_greedy_ragged",
+    "verify_sampled_ragged",
     "build_info",
 ]
 
@@ -390,3 +392,174 @@ def build_info() -> dict[str, str | int]:
     fields = dict(item.split("=", 1) for item in ops.build_info().split(";"))
     fields["float_lanes"] = int(fields["float_lanes"])
     return fields
+
+
+# ----------------------------------------------------------------------------
+# The ragged forms: vLLM's flattened layout, read in place (DESIGN.md, "Ragged layout")
+# ----------------------------------------------------------------------------
+
+
+def verify_greedy_ragged(
+    target_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    cu_num_draft_tokens: torch.Tensor,
+    bonus_tokens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy verification of B sequences laid out flat, as vLLM lays them out.
+
+    Sequence ``b`` has ``k_b = cu[b] - cu[b-1]`` draft tokens (``cu[-1]`` read as
+    0), ``draft_tokens[cu[b-1] : cu[b]]``; its target rows are read in place, no
+    padding copy. Entry ``b`` is exactly ``verify_greedy`` on sequence ``b``'s
+    own rows and tokens; with ``bonus_tokens`` given, a full acceptance emits
+    ``bonus_tokens[b]`` instead of the argmax of a bonus row.
+
+    Parameters
+    ----------
+    target_probs : torch.Tensor
+        ``[T+B, V]`` (sequence ``b``'s ``k_b+1`` rows start at flat row
+        ``cu[b-1] + b``; its last is the bonus row), or ``[T, V]`` when
+        ``bonus_tokens`` is given (``k_b`` rows from ``cu[b-1]``). float32,
+        float16 or bfloat16, probabilities or logits (only argmaxes are read).
+    draft_tokens : torch.Tensor
+        ``[T]``, int64 or int32, each in ``[0, V)``; ``T = sum(k_b)``.
+    cu_num_draft_tokens : torch.Tensor
+        ``[B]``, int64 or int32: the inclusive cumulative sum of the ``k_b``
+        (vLLM's convention), non-negative, nondecreasing, ``cu[B-1] = T``.
+        ``k_b = 0`` is valid.
+    bonus_tokens : torch.Tensor, optional
+        ``[B]``, int64 or int32, in ``[0, V)``: the caller's bonus token per
+        sequence (the target rows then hold no bonus row).
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        ``n_accepted [B]`` and ``next_token [B]``, int64.
+
+    Notes
+    -----
+    Sequences run in parallel over ``torch.get_num_threads()`` threads; the
+    result does not depend on the thread count. Rows after a sequence's first
+    miss are never read (nor validated).
+
+    Raises
+    ------
+    TypeError
+        wrong dtype. ``ValueError``: wrong rank, target rows neither ``T+B``
+        nor ``T`` with ``bonus_tokens``, ``cu_num_draft_tokens`` decreasing,
+        negative or not ending at ``T``, NaN in a read row. ``IndexError``: a
+        draft or bonus token outside ``[0, V)``.
+
+    See Also
+    --------
+    verify_greedy : one sequence; entry ``b`` equals it on sequence ``b``'s slice.
+    verify_greedy_batched : the padded ``[B, K+1, V]`` layout.
+    verify_sampled_ragged : the sampled form, point-mass drafts included.
+
+    Examples
+    --------
+    >>> import torch
+    >>> # Two sequences: k_0 = 2, k_1 = 0, so T = 2 and T+B = 4 target rows.
+    >>> target = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.2, 0.3], [0.2, 0.2, 0.6],
+    ...                        [0.3, 0.3, 0.4]])
+    >>> n, nxt = verify_greedy_ragged(target, torch.tensor([1, 2]), torch.tensor([2, 2]))
+    >>> n.tolist(), nxt.tolist()   # sequence 0: 1 matches, 2 misses (argmax 0); sequence 1: bonus 2
+    ([1, 0], [0, 2])
+    >>> # The caller's bonus tokens: T = 2 target rows only.
+    >>> n, nxt = verify_greedy_ragged(target[:2], torch.tensor([1, 0]), torch.tensor([2, 2]),
+    ...                               torch.tensor([2, 1]))
+    >>> n.tolist(), nxt.tolist()
+    ([2, 0], [2, 1])
+    """
+    required = (target_probs, draft_tokens, cu_num_draft_tokens)
+    if all(isinstance(t, torch.Tensor) for t in required) and runs_in_cpp(*required, bonus_tokens):
+        return ops.verify_greedy_ragged(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens)
+    return reference.verify_greedy_ragged(target_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens)
+
+
+def verify_sampled_ragged(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    cu_num_draft_tokens: torch.Tensor,
+    bonus_tokens: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative sampling for B sequences laid out flat, as vLLM lays them out.
+
+    The layout of ``verify_greedy_ragged``; entry ``b`` is exactly
+    ``verify_sampled`` on sequence ``b``'s own rows, tokens and uniforms.
+    ``draft_probs=None`` is a point-mass draft (n-gram or greedy drafts):
+    ``q(t) = 1`` on each draft token, so ``t`` is accepted iff ``u < p(t)/P``
+    and a rejection draws the correction token from ``p`` with ``t``'s weight
+    removed -- ``verify_sampled`` with a one-hot draft row, bit for bit.
+
+    Parameters
+    ----------
+    target_probs : torch.Tensor
+        ``[T+B, V]`` or ``[T, V]`` with ``bonus_tokens``, as in
+        ``verify_greedy_ragged``; the rules of ``verify_sampled``.
+    draft_probs : torch.Tensor or None
+        ``[T, V]``, same dtype (row ``j`` goes with ``draft_tokens[j]``), or
+        None: a point-mass draft.
+    draft_tokens : torch.Tensor
+        ``[T]``, int64 or int32, in ``[0, V)``, with ``draft_probs[j, t_j] > 0``.
+    cu_num_draft_tokens : torch.Tensor
+        ``[B]``, the inclusive cumulative sum of the draft counts.
+    bonus_tokens : torch.Tensor, optional
+        ``[B]``, in ``[0, V)``: emitted after a full acceptance instead of a
+        draw from a bonus row (the sequence's final uniform goes unused then).
+    generator : torch.Generator, optional
+        Source of the uniforms when ``uniforms`` is None: ``T+B`` draws, as
+        ``torch.rand(T+B, dtype=torch.float64, generator=generator)``.
+    uniforms : torch.Tensor, optional
+        ``[T+B]`` float64 in ``[0, 1)``: sequence ``b``'s ``k_b`` test uniforms
+        then its final draw, from flat index ``cu[b-1] + b`` on.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        ``n_accepted [B]`` and ``next_token [B]``, int64.
+
+    Raises
+    ------
+    TypeError, ValueError, IndexError
+        as ``verify_sampled`` and ``verify_greedy_ragged``.
+
+    See Also
+    --------
+    verify_sampled : one sequence; entry ``b`` equals it on sequence ``b``'s slice.
+    verify_sampled_batched : the padded ``[B, K+1, V]`` layout.
+    verify_greedy_ragged : the greedy form and the layout.
+
+    Examples
+    --------
+    >>> import torch
+    >>> # One sequence, k = 1: as verify_sampled's example (token 1 accepted, bonus 1).
+    >>> target = torch.tensor([[0.6, 0.4], [0.5, 0.5]])
+    >>> u = torch.tensor([0.3, 0.75], dtype=torch.float64)
+    >>> n, nxt = verify_sampled_ragged(target, torch.tensor([[0.2, 0.8]]), torch.tensor([1]),
+    ...                                torch.tensor([1]), uniforms=u)
+    >>> n.tolist(), nxt.tolist()
+    ([1], [1])
+    >>> # A point-mass draft: accept iff u < p(t) = 0.4; 0.5 rejects, and the
+    >>> # correction is drawn from p without token 1: token 0.
+    >>> u = torch.tensor([0.5, 0.9], dtype=torch.float64)
+    >>> n, nxt = verify_sampled_ragged(target, None, torch.tensor([1]), torch.tensor([1]), uniforms=u)
+    >>> n.tolist(), nxt.tolist()
+    ([0], [0])
+    """
+    check_generator(generator)
+    # None for a required tensor goes to the reference, which names it (the
+    # dispatcher would pass an undefined tensor).
+    required = (target_probs, draft_tokens, cu_num_draft_tokens)
+    if all(isinstance(t, torch.Tensor) for t in required) and runs_in_cpp(
+            *required, draft_probs, bonus_tokens, uniforms):
+        return ops.verify_sampled_ragged(
+            target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens, uniforms, generator
+        )
+    return reference.verify_sampled_ragged(
+        target_probs, draft_probs, draft_tokens, cu_num_draft_tokens, bonus_tokens,
+        generator=generator, uniforms=uniforms,
+    )
