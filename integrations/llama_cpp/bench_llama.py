@@ -42,6 +42,7 @@ OTHER_PROMPTS = [
 
 
 def _median_run(fn, repeats):
+    """Median wall seconds of ``repeats`` runs, and the last result."""
     times, out = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -51,6 +52,8 @@ def _median_run(fn, repeats):
 
 
 def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), json_path=None) -> dict:
+    """Every configuration once per pass, ``repeats`` passes (round robin: drifting load from
+    other processes falls on all rows alike), medians per row; then the eval costs."""
     from tools.kernel_loader import load_kernel
 
     from .pair import ensure_gguf, generate_plain, open_llama, plain_decode
@@ -64,77 +67,103 @@ def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), j
     texts = list(BENCH_PROMPTS) + OTHER_PROMPTS
     prompts = [target_llama.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
     n_new = max_new * len(prompts)
-    rows = []
+    configs = []  # (name, mode, k, once() -> dict of figures)
 
-    def row(name, mode, k, seconds, extra=None):
-        r = dict(name=name, mode=mode, k=k, seconds=seconds, tok_s=n_new / seconds, **(extra or {}))
-        rows.append(r)
-        return r
-
-    # -- plain baselines --------------------------------------------------------
     for mode, temp in (("greedy", 0.0), ("sampled", TEMPERATURE)):
-        s, _ = _median_run(lambda: [generate_plain(target_llama, p, max_new, temp, seed=i)
-                                    for i, p in enumerate(prompts)], repeats)
-        row("llama.cpp plain (Llama.generate)", mode, None, s)
+        configs.append(("llama.cpp plain (Llama.generate)", mode, None,
+                        lambda temp=temp: [generate_plain(target_llama, p, max_new, temp, seed=i)
+                                           for i, p in enumerate(prompts)] and {}))
         step = LlamaCppStep(target_llama, temperature=temp, sv=sv)
-        g = torch.Generator().manual_seed(0)
-        decode = []
 
-        def lean():
+        def lean(step=step, g=torch.Generator().manual_seed(0)):
+            decode = 0.0
             for p in prompts:
                 plain_decode(step, p, max_new, generator=g)
-                decode.append(step.decode_seconds)  # reset() per prompt zeroes it
+                decode += step.decode_seconds  # reset() per prompt zeroes it
+            return dict(decode=decode)
 
-        s, _ = _median_run(lean, repeats)
-        row("llama.cpp plain (lean loop)", mode, None, s, dict(decode_s=sum(decode)))
-    target_llama.reset()
+        configs.append(("llama.cpp plain (lean loop)", mode, None, lean))
 
-    # -- ours -------------------------------------------------------------------
-    anatomy = {}
     for mode, temp in (("greedy", 0.0), ("sampled", TEMPERATURE)):
         g_draft, g_verify = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
         draft_step, target_step = llama_step_pair(draft_llama, target_llama, temperature=temp,
                                                   generator=g_draft, sv=sv)
-        d, t = draft_step.__self__, target_step.__self__
         for k in ks:
             dec = sv.SpeculativeDecoder(draft_step, target_step, k=k, greedy=temp == 0, generator=g_verify)
-            per_repeat = []
 
-            def once():
+            def once(dec=dec, d=draft_step.__self__, t=target_step.__self__):
                 d.reset()
                 t.reset()
                 agg = dict(rounds=0, accepted=0, drafted=0, draft=0.0, target=0.0, verify=0.0, total=0.0)
                 for p in prompts:
                     dec.generate(torch.tensor(p), max_new)
                     st = dec.stats
-                    agg["rounds"] += st.rounds
-                    agg["accepted"] += st.accepted
-                    agg["drafted"] += st.drafted
-                    agg["draft"] += st.draft_seconds
-                    agg["target"] += st.target_seconds
-                    agg["verify"] += st.verify_seconds
-                    agg["total"] += st.total_seconds
+                    for key, v in (("rounds", st.rounds), ("accepted", st.accepted), ("drafted", st.drafted),
+                                   ("draft", st.draft_seconds), ("target", st.target_seconds),
+                                   ("verify", st.verify_seconds), ("total", st.total_seconds)):
+                        agg[key] += v
                 agg["draft_decode"], agg["target_decode"] = d.decode_seconds, t.decode_seconds
-                per_repeat.append(agg)
+                return agg
 
-            s, _ = _median_run(once, repeats)
-            a = sorted(per_repeat, key=lambda x: x["total"])[len(per_repeat) // 2]
-            r = row("ours on llama.cpp", mode, k, s, dict(
-                tokens_per_round=n_new / a["rounds"], acceptance=a["accepted"] / max(1, a["drafted"])))
-            ms = lambda x: 1e3 * x / a["rounds"]  # noqa: E731
+            configs.append(("ours on llama.cpp", mode, k, once))
+
+    runs = [[] for _ in configs]  # (wall, cpu, figures) per pass
+    for _ in range(repeats):
+        for i, (_, _, _, fn) in enumerate(configs):
+            c0, t0 = time.process_time(), time.perf_counter()
+            figures = fn()
+            runs[i].append((time.perf_counter() - t0, time.process_time() - c0, figures))
+    target_llama.reset()
+
+    rows = []
+    for (name, mode, k, _), rr in zip(configs, runs):
+        wall = statistics.median(w for w, _, _ in rr)
+        cpu = statistics.median(c for _, c, _ in rr)
+        mid = sorted(rr, key=lambda x: x[1])[len(rr) // 2][2]  # the figures of the median-CPU pass
+        r = dict(name=name, mode=mode, k=k, seconds=wall, tok_s=n_new / wall, cpu_seconds=cpu, cpu_tok_s=n_new / cpu)
+        if "decode" in mid:
+            r["decode_ms_per_token"] = 1e3 * mid["decode"] / n_new
+        if "rounds" in mid:
+            a = mid
+            r.update(tokens_per_round=n_new / a["rounds"], acceptance=a["accepted"] / max(1, a["drafted"]))
+            ms = lambda x, a=a: 1e3 * x / a["rounds"]  # noqa: E731
             r["anatomy_ms"] = dict(
                 draft_decode=ms(a["draft_decode"]), draft_python=ms(a["draft"] - a["draft_decode"]),
                 target_decode=ms(a["target_decode"]), target_python=ms(a["target"] - a["target_decode"]),
                 verify=ms(a["verify"]), loop_python=ms(a["total"] - a["draft"] - a["target"] - a["verify"]),
                 round=ms(a["total"]))
-        best = max((r for r in rows if r["mode"] == mode and r["k"] is not None), key=lambda r: r["tok_s"])
-        anatomy[mode] = best
-    result = dict(threads=threads, max_new=max_new, prompts=texts, repeats=repeats, rows=rows, best=anatomy)
+        rows.append(r)
+    best = {mode: max((r for r in rows if r["mode"] == mode and r["k"] is not None), key=lambda r: r["cpu_tok_s"])
+            for mode in ("greedy", "sampled")}
+    costs = eval_costs(sv, draft_llama, target_llama, sizes=sorted({1, 2, *[k + 1 for k in ks]}))
+    result = dict(threads=threads, max_new=max_new, prompts=texts, repeats=repeats, rows=rows, best=best,
+                  eval_cpu_ms=costs)
     print_table(result)
     if json_path:
         pathlib.Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(json_path).write_text(json.dumps(result, indent=1))
     return result
+
+
+def eval_costs(sv, draft_llama, target_llama, sizes, context: int = 64, calls: int = 25) -> dict:
+    """Median process-CPU ms of one ``llama_decode`` of ``n`` tokens after ``context``, per model,
+    the sizes interleaved call by call (each eval rolled back by sequence removal)."""
+    from .spec_verify_llama import LlamaCppStep
+
+    out = {}
+    for name, llama in (("draft", draft_llama), ("target", target_llama)):
+        step = LlamaCppStep(llama, temperature=0, sv=sv)
+        step._feed(list(range(1, context + 1)), rows=1)
+        samples = {n: [] for n in sizes}
+        for _ in range(calls):
+            for n in sizes:
+                c0 = time.process_time()
+                step._feed(list(range(10, 10 + n)), rows=n)
+                samples[n].append(time.process_time() - c0)
+                step._rollback(context)
+        out[name] = {n: 1e3 * statistics.median(v) for n, v in samples.items()}
+        step.reset()
+    return out
 
 
 def demo(k_greedy: int = 5, k_sampled: int = 3, max_new: int = 128, threads: int = 1) -> dict:
@@ -190,17 +219,20 @@ def print_table(result: dict) -> None:
     n = len(result["prompts"])
     print(f"\nllama.cpp engine: {n} prompts x {result['max_new']} new tokens, {result['threads']} thread(s), "
           f"median of {result['repeats']}; sampled = temperature {TEMPERATURE}")
-    print(f"| {'run':34} | {'mode':7} | {'k':>2} | {'tok/s':>6} | {'vs lean plain':>13} | {'vs generate':>11} "
+    print("tok/s by process CPU time (one thread: the work done, robust to other load) and by wall time; "
+          "x = speedup over llama.cpp's plain decoding (lean loop / Llama.generate), same mode")
+    print(f"| {'run':34} | {'mode':7} | {'k':>2} | cpu tok/s | x lean | x generate | wall tok/s | x lean "
           f"| tok/round | accept |")
-    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 4}|{'-' * 8}|{'-' * 15}|{'-' * 13}|{'-' * 11}|{'-' * 8}|")
+    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 4}|{'-' * 11}|{'-' * 8}|{'-' * 12}|{'-' * 12}|{'-' * 8}|{'-' * 11}|{'-' * 8}|")
     for r in rows:
         k = "" if r["k"] is None else str(r["k"])
         tpr = f"{r['tokens_per_round']:.2f}" if "tokens_per_round" in r else ""
         acc = f"{r['acceptance']:.2f}" if "acceptance" in r else ""
-        print(f"| {r['name']:34} | {r['mode']:7} | {k:>2} | {r['tok_s']:6.0f} | "
-              f"{r['tok_s'] / base[r['mode']]['tok_s']:12.2f}x | {r['tok_s'] / gen[r['mode']]['tok_s']:10.2f}x "
-              f"| {tpr:>9} | {acc:>6} |")
-    print("\nRound anatomy at the fastest k (ms per round):")
+        b, g = base[r["mode"]], gen[r["mode"]]
+        print(f"| {r['name']:34} | {r['mode']:7} | {k:>2} | {r['cpu_tok_s']:9.0f} | "
+              f"{r['cpu_tok_s'] / b['cpu_tok_s']:5.2f}x | {r['cpu_tok_s'] / g['cpu_tok_s']:9.2f}x | "
+              f"{r['tok_s']:10.0f} | {r['tok_s'] / b['tok_s']:5.2f}x | {tpr:>9} | {acc:>6} |")
+    print("\nRound anatomy at the fastest k (wall ms per round, the median-CPU pass):")
     print("| mode    | k | draft decode | draft python | target decode | target python | verify | loop python | round |")
     print("|---------|---|---|---|---|---|---|---|---|")
     for mode, r in result["best"].items():
@@ -209,10 +241,17 @@ def print_table(result: dict) -> None:
               f"| {a['target_python']:.3f} | {a['verify']:.3f} | {a['loop_python']:.3f} | {a['round']:.3f} |")
     for mode in ("greedy", "sampled"):
         b = base[mode]
-        if "decode_s" in b:
-            per_tok = 1e3 * b["decode_s"] / (result["repeats"] * n * result["max_new"])
-            print(f"plain {mode}: {per_tok:.3f} ms of llama_decode per token, "
-                  f"{1e3 * b['seconds'] / (n * result['max_new']):.3f} ms per token in all")
+        if "decode_ms_per_token" in b:
+            print(f"plain {mode} (lean loop): {b['decode_ms_per_token']:.3f} ms of llama_decode per token (wall), "
+                  f"{1e3 * b['cpu_seconds'] / (n * result['max_new']):.3f} ms CPU per token in all")
+    c = result["eval_cpu_ms"]
+    print("\nOne llama_decode of n tokens after 64 (CPU ms, median, sizes interleaved):")
+    print("| model  | " + " | ".join(f"n={n}" for n in c["target"]) + " |")
+    print("|---" * (len(c["target"]) + 1) + "|")
+    for name in ("draft", "target"):
+        print(f"| {name:6} | " + " | ".join(f"{v:.3f}" for v in c[name].values()) + " |")
+    t1 = c["target"][1]
+    print("target(n) / target(1): " + ", ".join(f"n={n}: {v / t1:.2f}" for n, v in c["target"].items()))
 
 
 def main(argv=None) -> None:
