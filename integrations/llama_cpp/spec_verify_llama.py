@@ -209,6 +209,8 @@ class LlamaCppStep:
     def _feed(self, tokens: list, rows: int) -> torch.Tensor:
         """Eval ``tokens`` on top of the cache; float32 logits of the last ``rows`` (a view of llama.cpp's buffer)."""
         n = len(tokens)
+        if rows > self.n_batch:  # the rows must come from one eval's output buffer
+            raise ValueError(f"{rows} logits rows asked for, more than one eval gives (n_batch={self.n_batch})")
         if len(self._cached) + n > self.n_ctx:
             raise ValueError(f"the sequence ({len(self._cached) + n} tokens) outgrows the context (n_ctx={self.n_ctx})")
         start = 0
