@@ -219,7 +219,8 @@ def print_table(result: dict) -> None:
     n = len(result["prompts"])
     print(f"\nllama.cpp engine: {n} prompts x {result['max_new']} new tokens, {result['threads']} thread(s), "
           f"median of {result['repeats']}; sampled = temperature {TEMPERATURE}")
-    print("tok/s by process CPU time (one thread: the work done, robust to other load) and by wall time; "
+    print("tok/s by process CPU time (one thread: leaves out waits for a core, not shared-cache slowdowns) "
+          "and by wall time; "
           "x = speedup over llama.cpp's plain decoding (lean loop / Llama.generate), same mode")
     print(f"| {'run':34} | {'mode':7} | {'k':>2} | cpu tok/s | x lean | x generate | wall tok/s | x lean "
           f"| tok/round | accept |")
