@@ -2,6 +2,8 @@
 #   make demo   the main job: the Pi experiment against the law, then the model pair end to end
 #   make test   the test suite, on the kernel as `kernels` loads it
 #   make bench  speed against naive torch, transformers and the bandwidth floor
+#               (ENGINE=llama_cpp: the shipped pair as GGUF on llama.cpp's forwards)
+#   make gguf   models/gguf/{target,draft}.gguf from models/ (for llama.cpp)
 #   make build  compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
 #   make test-aarch64  the tests on aarch64 (NEON) under qemu-user emulation (root)
 #   make test-asan     the tests on an AddressSanitizer + UBSan build (opt-in; slow)
@@ -18,23 +20,44 @@ STAMP  := $(VENV)/.installed
 .PHONY: build test demo bench clean
 
 # The venv is (re)made when requirements.txt changes. torch is pinned there.
+# llama-cpp-python compiles llama.cpp from source (sdist only): LLAMA_CMAKE_ARGS
+# builds the library alone (no tests, examples, tools, server, mtmd) for an AVX2
+# baseline, not -march=native: pip caches the wheel in ~/.cache/pip keyed by the
+# sdist, not by CMAKE_ARGS, and a native AVX-512 wheel would die of SIGILL on a
+# CPU without it (CI's has none). First build ~see README; cached reinstall seconds.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+                    -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+                    -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+	  $(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
 build: $(STAMP)
 	$(PY) tools/build_kernel.py
 
-test: build
+test: build gguf
 	$(PY) -m pytest tests
 
 demo: build
 	$(PY) -m examples.demo
 
-bench: build
-	$(PY) -m benchmarks.bench
+bench: build $(if $(filter llama_cpp,$(ENGINE)),gguf)
+	$(PY) -m benchmarks.bench $(if $(ENGINE),--engine $(ENGINE))
+
+# The shipped pair as GGUF files for llama.cpp (integrations/llama_cpp/), remade
+# when the weights, the tokenizer or the converter change. Git-ignored.
+GGUF_OUT  := models/gguf/target.gguf models/gguf/draft.gguf
+GGUF_DEPS := models/target/model.safetensors models/target/config.json \
+             models/draft/model.safetensors models/draft/config.json \
+             models/tokenizer/tokenizer.json models/tokenizer/tokenizer_config.json \
+             integrations/llama_cpp/hf_to_gguf.py
+.PHONY: gguf
+gguf: $(GGUF_OUT)
+$(GGUF_OUT) &: $(GGUF_DEPS) | $(STAMP)
+	$(PY) -m integrations.llama_cpp.hf_to_gguf
 
 clean:
 	rm -rf build out .pytest_cache

@@ -505,7 +505,16 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="V=32000 only, no end-to-end rows")
     parser.add_argument("--ragged-only", action="store_true",
                         help="only the ragged rows: in place vs padded batched vs pad-then-batched")
+    parser.add_argument("--engine", choices=("torch", "llama_cpp"), default="torch",
+                        help="torch (default): the op tables and the shipped pair on torch forwards; "
+                             "llama_cpp: the shipped pair as GGUF on llama.cpp's forwards against llama.cpp's "
+                             "plain decoding (integrations/llama_cpp/bench_llama.py; `make bench ENGINE=llama_cpp`)")
     args = parser.parse_args(argv)
+    if args.engine == "llama_cpp":
+        from integrations.llama_cpp import bench_llama
+
+        bench_llama.run(threads=args.threads, json_path=ROOT / "out" / "bench_llama_cpp.json")
+        return 0
 
     torch.set_num_threads(args.threads)
     sv = load_kernel()

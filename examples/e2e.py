@@ -546,8 +546,16 @@ def _bench_row(sv, draft, target, prompts, max_new, k, greedy, repeats, costs) -
 
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[1:] == ["--engine", "llama_cpp"] and argv[0] in ("demo", "bench"):
+        # The shipped pair as GGUF on llama.cpp's forwards (integrations/llama_cpp/).
+        from integrations.llama_cpp import bench_llama
+
+        bench_llama.demo() if argv[0] == "demo" else bench_llama.run()
+        return
+    if argv[1:] == ["--engine", "torch"]:
+        argv = argv[:1]
     if argv not in (["demo"], ["bench"], ["methods"]):
-        raise SystemExit("usage: python -m examples.e2e demo|bench|methods")
+        raise SystemExit("usage: python -m examples.e2e demo|bench|methods [--engine torch|llama_cpp]")
     from tools.kernel_loader import load_kernel
 
     sv = load_kernel()

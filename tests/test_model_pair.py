@@ -58,7 +58,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_models_folder_fits_the_budget():
-    size = sum(f.stat().st_size for f in MODELS.rglob("*") if f.is_file()) / 1e6
+    # What is shipped: models/gguf/ is made from it by `make gguf` and git-ignored.
+    shipped = (f for f in MODELS.rglob("*") if f.is_file() and "gguf" not in f.relative_to(MODELS).parts[:1])
+    size = sum(f.stat().st_size for f in shipped) / 1e6
     assert size <= MAX_MB, f"models/ holds {size:.2f} MB > {MAX_MB} MB"
 
 

@@ -15,7 +15,9 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # pytest, in a process where `import transformers` fails.
-WITHOUT_TRANSFORMERS = "import sys; sys.modules['transformers'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+# Nor llama_cpp / gguf (the llama.cpp integration's packages), which the root lacks as well.
+WITHOUT_TRANSFORMERS = ("import sys; sys.modules['transformers'] = None; sys.modules['llama_cpp'] = None; "
+                        "sys.modules['gguf'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))")
 
 
 @pytest.mark.native_only  # the point is the collection without transformers; emulated, it just re-collects

@@ -1,0 +1,262 @@
+"""llama-cpp-python ``Llama`` objects as ``draft_step`` / ``target_step`` callbacks.
+
+    from llama_cpp import Llama
+    draft_step, target_step = llama_step_pair(Llama("draft.gguf", logits_all=True),
+                                              Llama("target.gguf", logits_all=True), temperature=0)
+    out = sv.SpeculativeDecoder(draft_step, target_step, k=5).generate(prompt_ids, 128)
+
+The same callback contract and shape as the kernel's Hugging Face adapter
+(``spec_verify.hf_adapter``): each adapter keeps its model's KV cache between
+calls with the tokens it holds, rolls the cache back to the longest prefix it
+shares with the tokens asked about, and feeds only the rest. A round costs
+
+* draft: ``k`` one-token evals (two tokens in the first after a fully accepted
+  round: the last draft token and the bonus token);
+* target: one eval of ``k + 1`` positions (the last committed token and the
+  ``k`` proposals), whose ``k + 1`` logits rows are what is verified;
+
+and the prefix is never run again: rollback is llama.cpp's own sequence
+removal (``llama_memory_seq_rm`` on the context's memory, or
+``llama_kv_self_seq_rm`` on older builds), positions ``[keep, inf)`` of
+sequence 0. ``decode_calls``, ``tokens_fed`` and ``positions_removed`` count
+the work, so a test can tell a rollback from a re-run.
+
+Evals go straight to ``llama_decode`` with a batch built once per adapter
+(``llama_batch_init``), asking for logits only at the positions whose rows are
+wanted, not through ``Llama.eval`` (which copies every position's logits into
+``Llama.scores``, a numpy array, and keeps its own token bookkeeping). The
+target's rows are a **zero-copy** torch view of llama.cpp's logits buffer
+(``llama_get_logits`` -> ``numpy.ctypeslib.as_array`` -> ``torch.from_numpy``):
+valid until the next eval on the same context -- the decoder verifies them
+before the next round's target eval, so nothing is copied. The draft's rows
+are copied (``k`` rows of ``V`` floats) into a buffer of the adapter's, because
+each draft eval overwrites the last; at temperature 0 the draft returns no
+rows.
+
+Warping: as in the HF adapter, the rows are raw logits and each adapter
+carries its ``LogitsWarping`` as ``warping``: the draft samples its tokens
+with ``sv.sample_draft`` under it, and ``SpeculativeDecoder`` verifies with
+``sv.verify_logits`` under the same one (greedy: ``sv.verify_greedy``), so there
+is one warping definition, the kernel's.
+
+The ``Llama`` objects are made as the high-level API wants them for
+several logits rows per eval (``logits_all=True``; the adapter itself asks
+llama.cpp for exactly the rows it reads, batch by batch) with a context (``n_ctx``) long enough for
+prompt + output + ``k``. The adapter owns the context's memory (sequence 0)
+while it is used: do not interleave other evals on the same ``Llama``
+(``reset()`` clears the memory and the adapter's record).
+
+This module is outside the kernel package (which imports torch alone); it
+imports ``llama_cpp`` and ``numpy``, and the kernel through ``kernels`` (or takes
+it as ``sv=``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+import llama_cpp
+
+__all__ = ["LlamaCppStep", "llama_step_pair", "load_sv", "seq_rm_function"]
+
+
+def load_sv():
+    """The spec-verify kernel: this checkout's ``build/`` (``tools.kernel_loader``), else the Hub's."""
+    try:
+        from tools.kernel_loader import load_kernel
+    except ImportError:  # used outside this repository
+        from kernels import get_kernel
+
+        return get_kernel("phanerozoic/spec-verify", version=1, trust_remote_code=True)
+    return load_kernel()
+
+
+def seq_rm_function():
+    """``(name, fn(ctx, seq_id, p0, p1))``: llama.cpp's sequence removal, whichever this build exposes."""
+    if hasattr(llama_cpp, "llama_memory_seq_rm") and hasattr(llama_cpp, "llama_get_memory"):
+        rm, get_mem = llama_cpp.llama_memory_seq_rm, llama_cpp.llama_get_memory
+        return "llama_memory_seq_rm", lambda ctx, s, p0, p1: rm(get_mem(ctx), s, p0, p1)
+    for name in ("llama_kv_self_seq_rm", "llama_kv_cache_seq_rm"):
+        if hasattr(llama_cpp, name):
+            return name, getattr(llama_cpp, name)
+    raise RuntimeError("this llama_cpp exposes no sequence-removal function")
+
+
+def _clear_memory(ctx) -> None:
+    if hasattr(llama_cpp, "llama_memory_clear") and hasattr(llama_cpp, "llama_get_memory"):
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+    elif hasattr(llama_cpp, "llama_kv_self_clear"):
+        llama_cpp.llama_kv_self_clear(ctx)
+    else:
+        llama_cpp.llama_kv_cache_clear(ctx)
+
+
+class LlamaCppStep:
+    """One llama-cpp-python ``Llama`` with its KV cache, as speculative-decoding callbacks.
+
+    Parameters
+    ----------
+    llama : llama_cpp.Llama
+        Made with ``logits_all=True``; its context is driven directly.
+    temperature, top_k, top_p, min_p : warping, as ``spec_verify.LogitsWarping``
+        ``temperature=0`` is greedy (the draft takes the argmax, returns no rows).
+    generator : torch.Generator, optional
+        The draft's uniforms (one per drawn token).
+    sv : module, optional
+        The spec-verify kernel (``load_sv()`` when None).
+
+    Attributes
+    ----------
+    warping : sv.LogitsWarping
+        Read by ``SpeculativeDecoder`` from the bound callbacks.
+    decode_calls, tokens_fed, positions_removed, rollbacks : int
+        ``llama_decode`` calls, tokens evaluated, KV positions removed by
+        sequence removal, and removals, since construction or ``reset()``.
+    decode_seconds : float
+        Wall time inside ``llama_decode`` (the rest of a callback's time is
+        the adapter's Python and the draft's sampling).
+    """
+
+    def __init__(self, llama, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, sv=None):
+        self.sv = sv if sv is not None else load_sv()
+        self.warping = self.sv.LogitsWarping(temperature, top_k, top_p, min_p)
+        self.greedy = self.warping.greedy
+        self.generator = generator
+        self._sample_kwargs = dict(self.warping.kwargs(), generator=generator)
+        self.llama = llama
+        self.ctx = llama.ctx
+        self.n_vocab = int(llama.n_vocab())
+        self.n_ctx = int(llama.n_ctx())
+        self.n_batch = int(llama_cpp.llama_n_batch(self.ctx))
+        self.seq_rm_name, self._seq_rm = seq_rm_function()
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._free_batch = llama_cpp.llama_batch_free  # kept: module globals may be gone at interpreter exit
+        self._draft_rows = torch.empty(0, self.n_vocab)
+        self.reset()
+
+    def __del__(self):
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            self._batch = None
+            self._free_batch(batch)
+
+    def reset(self) -> None:
+        """Empty the context's memory; forget the record and the counters."""
+        _clear_memory(self.ctx)
+        self._cached: list[int] = []  # the tokens the KV cache holds, positions 0..n-1
+        self.decode_calls = 0
+        self.tokens_fed = 0
+        self.positions_removed = 0
+        self.rollbacks = 0
+        self.decode_seconds = 0.0
+
+    # -- callbacks -------------------------------------------------------------
+
+    def draft_step(self, prefix: torch.Tensor, k: int):
+        """``k`` tokens after ``prefix``: ``(tokens [k] int64, logits [k, V] float32 or None)``."""
+        logits = self._logits_for_last_rows(prefix.tolist(), rows=1)[0]
+        tokens = []
+        rows = None
+        if not self.greedy:
+            if self._draft_rows.shape[0] < k:
+                self._draft_rows = torch.empty(k, self.n_vocab)
+            rows = self._draft_rows[:k]
+        for i in range(k):
+            token = self._pick(logits)
+            tokens.append(token)
+            if rows is not None:
+                rows[i].copy_(logits)  # the next eval overwrites llama.cpp's buffer
+            if i + 1 < k:
+                logits = self._feed([token], rows=1)[0]
+        return torch.tensor(tokens, dtype=torch.int64), rows
+
+    def target_step(self, prefix: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
+        """Raw logits ``[len(proposed) + 1, V]`` float32 from one eval: a view of llama.cpp's buffer, valid until the next eval."""
+        seq = prefix.tolist() + proposed.tolist()
+        return self._logits_for_last_rows(seq, rows=len(proposed) + 1)
+
+    # -- sampling --------------------------------------------------------------
+
+    def _pick(self, logits: torch.Tensor) -> int:
+        if self.greedy:
+            return int(torch.argmax(logits))
+        return int(self.sv.sample_draft(logits, **self._sample_kwargs))
+
+    # -- KV cache --------------------------------------------------------------
+
+    def _logits_for_last_rows(self, seq: list, rows: int) -> torch.Tensor:
+        cached = self._cached
+        keep = min(len(cached), len(seq) - rows)
+        if cached[:keep] != seq[:keep]:  # one C-speed compare in the usual case; else find the split
+            keep = next(i for i in range(keep) if cached[i] != seq[i])
+        self._rollback(keep)
+        return self._feed(seq[keep:], rows)
+
+    def _rollback(self, keep: int) -> None:
+        """Remove positions ``[keep, inf)`` of sequence 0 from the KV cache (llama.cpp's own removal)."""
+        held = len(self._cached)
+        if keep >= held:
+            return
+        if not self._seq_rm(self.ctx, 0, keep, -1):
+            raise RuntimeError(f"{self.seq_rm_name}(seq 0, {keep}, -1) failed")
+        self.positions_removed += held - keep
+        self.rollbacks += 1
+        del self._cached[keep:]
+
+    def _feed(self, tokens: list, rows: int) -> torch.Tensor:
+        """Eval ``tokens`` on top of the cache; float32 logits of the last ``rows`` (a view of llama.cpp's buffer)."""
+        n = len(tokens)
+        if rows > self.n_batch:  # the rows must come from one eval's output buffer
+            raise ValueError(f"{rows} logits rows asked for, more than one eval gives (n_batch={self.n_batch})")
+        if len(self._cached) + n > self.n_ctx:
+            raise ValueError(f"the sequence ({len(self._cached) + n} tokens) outgrows the context (n_ctx={self.n_ctx})")
+        start = 0
+        while start < n:  # chunks of at most n_batch tokens (a long prompt)
+            end = min(n, start + self.n_batch)
+            self._decode(tokens[start:end], len(self._cached), want=max(0, rows - (n - end)))
+            self._cached.extend(tokens[start:end])
+            start = end
+        ptr = llama_cpp.llama_get_logits(self.ctx)
+        # Zero copy: the rows llama.cpp wrote for the last batch's outputs.
+        return torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)))
+
+    def _decode(self, tokens: list, pos0: int, want: int) -> None:
+        b = self._batch
+        n = len(tokens)
+        b.n_tokens = n
+        tok, pos, nseq, seq, logit = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        first_out = n - want
+        for i, t in enumerate(tokens):
+            tok[i] = t
+            pos[i] = pos0 + i
+            nseq[i] = 1
+            seq[i][0] = 0
+            logit[i] = i >= first_out
+        self.decode_calls += 1
+        self.tokens_fed += n
+        t0 = time.perf_counter()
+        status = llama_cpp.llama_decode(self.ctx, b)
+        self.decode_seconds += time.perf_counter() - t0
+        if status != 0:
+            # Nothing is recorded as cached; drop whatever the failed eval left.
+            self._seq_rm(self.ctx, 0, pos0, -1)
+            raise RuntimeError(f"llama_decode returned {status}")
+
+
+def llama_step_pair(draft_llama, target_llama, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,
+                    *, sv=None):
+    """``(draft_step, target_step)`` for two ``Llama`` objects (``logits_all=True``) under one warping.
+
+    The two must share one vocabulary. ``temperature=0`` (the default) is
+    greedy. Bound methods of two ``LlamaCppStep`` adapters (reach them via
+    ``__self__``), whose ``warping`` ``SpeculativeDecoder`` reads.
+    """
+    warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    draft = LlamaCppStep(draft_llama, generator=generator, sv=sv, **warp)
+    target = LlamaCppStep(target_llama, sv=draft.sv, **warp)
+    if draft.n_vocab != target.n_vocab:
+        raise ValueError(f"the draft's vocabulary ({draft.n_vocab}) differs from the target's ({target.n_vocab})")
+    return draft.draft_step, target.target_step
