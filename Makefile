@@ -20,20 +20,28 @@ STAMP  := $(VENV)/.installed
 .PHONY: build test demo bench clean
 
 # The venv is (re)made when requirements.txt changes. torch is pinned there.
-# llama-cpp-python compiles llama.cpp from source (sdist only): LLAMA_CMAKE_ARGS
-# builds the library alone (no tests, examples, tools, server, mtmd) for an AVX2
-# baseline, not -march=native: pip caches the wheel in ~/.cache/pip keyed by the
-# sdist, not by CMAKE_ARGS, and a native AVX-512 wheel would die of SIGILL on a
-# CPU without it (CI's has none). First build ~see README; cached reinstall seconds.
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-                    -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-                    -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
-	  $(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
+
+# The llama.cpp integration's packages, into the same venv, only for what uses
+# them (make test, make gguf, make bench ENGINE=llama_cpp): llama-cpp-python
+# compiles llama.cpp from source (~10-15 min on 2 cores the first time), which
+# `make demo` has no reason to wait for. LLAMA_CMAKE_ARGS builds the library
+# alone (no tests, examples, tools, server, mtmd) for an AVX2 baseline, not
+# -march=native: pip caches the wheel in ~/.cache/pip keyed by the sdist, not
+# by CMAKE_ARGS, and a native AVX-512 wheel would die of SIGILL on a CPU
+# without it (CI's has none). A cached reinstall takes seconds.
+LLAMA_STAMP := $(VENV)/.llama-installed
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+                    -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+                    -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF
+$(LLAMA_STAMP): integrations/llama_cpp/requirements.txt $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+	  $(PY) -m pip install --quiet -r integrations/llama_cpp/requirements.txt
+	touch $(LLAMA_STAMP)
 
 build: $(STAMP)
 	$(PY) tools/build_kernel.py
@@ -56,7 +64,7 @@ GGUF_DEPS := models/target/model.safetensors models/target/config.json \
              integrations/llama_cpp/hf_to_gguf.py
 .PHONY: gguf
 gguf: $(GGUF_OUT)
-$(GGUF_OUT) &: $(GGUF_DEPS) | $(STAMP)
+$(GGUF_OUT) &: $(GGUF_DEPS) | $(LLAMA_STAMP)
 	$(PY) -m integrations.llama_cpp.hf_to_gguf
 
 clean:

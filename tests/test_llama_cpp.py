@@ -4,7 +4,7 @@ decoding, and the law of sampled decoding through the adapter.
 
 Marked ``llama_cpp``: the aarch64 emulated run deselects them (no llama.cpp
 build there). Natively they need llama-cpp-python and gguf, which
-requirements.txt installs: a missing package is an import error in a fixture,
+`make test` installs (integrations/llama_cpp/requirements.txt): a missing package is an import error in a fixture,
 so these tests fail -- they never skip.
 """
 
