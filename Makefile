@@ -20,8 +20,9 @@ STAMP  := $(VENV)/.installed
 .PHONY: build test demo bench clean
 
 # The venv is (re)made when requirements.txt changes. torch is pinned there.
+# (An existing venv is kept: a worktree may link .venv to another checkout's.)
 $(STAMP): requirements.txt
-	$(PYTHON) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
