@@ -142,6 +142,7 @@ def _run_law(decoder, tables: Tables, runs: int = RUNS):
 # ============================================================================
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 @pytest.mark.parametrize("method", ["token", "block"])
 def test_every_sequence_of_a_batch_follows_the_target_law(sv, method):
     tables = Tables()

@@ -85,6 +85,7 @@ def _sampled_decoder(sv, tables, k=2, seed=1234, cls=None, eos_token_id=None):
 
 # (k, new tokens): a round drafts min(k, left - 1), so k = 3 needs 4 new
 # tokens (81 sequences) to ever draft 3.
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 @pytest.mark.parametrize("k, length", [(1, LENGTH), (2, LENGTH), (3, 4)])
 def test_sampled_sequences_follow_the_target_law(sv, k, length):
     tables = Tables()
@@ -99,6 +100,7 @@ def test_sampled_sequences_follow_the_target_law(sv, k, length):
     assert pvalue > ALPHA
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 def test_block_sampled_sequences_follow_the_target_law(sv):
     """method="block": the same law (the exact proof is tests/test_law.py's enumeration)."""
     tables = Tables()
@@ -110,6 +112,7 @@ def test_block_sampled_sequences_follow_the_target_law(sv):
     assert pvalue > ALPHA
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 def test_block_logits_sequences_follow_the_warped_target_law(sv):
     tables = LogitTables(sv, _warping(0.8, 0, 1.0))
     decoder = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=2, greedy=False,
@@ -153,6 +156,7 @@ def _resamples_from_target(sv):
     return ResamplesFromTarget
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 @pytest.mark.parametrize("broken", [_keeps_rejected_token, _resamples_from_target])
 def test_negative_control_broken_decoders_fail(sv, broken):
     tables = Tables()
@@ -193,6 +197,7 @@ def _warping(temperature, top_k, top_p) -> dict:
     return dict(temperature=temperature, top_k=top_k, top_p=top_p)
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 @pytest.mark.parametrize("temperature, top_k, top_p", LOGITS_WARPINGS)
 @pytest.mark.parametrize("k", [1, 2])
 def test_sampled_logits_sequences_follow_the_warped_target_law(sv, k, temperature, top_k, top_p):
@@ -208,6 +213,7 @@ def test_sampled_logits_sequences_follow_the_warped_target_law(sv, k, temperatur
     assert decoder.stats.mode.startswith("sampled from logits")
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 def test_negative_control_verifying_under_another_warping_fails(sv):
     # The draft draws at temperature 0.7 with top-k 2; the decoder is told
     # temperature 1.0, no cut: verify_logits then warps both sides by the
@@ -248,6 +254,7 @@ class ToyLM:
         return types.SimpleNamespace(logits=torch.stack(rows)[None], past_key_values=cache)
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 @pytest.mark.parametrize("temperature, top_k, top_p", LOGITS_WARPINGS[1:])
 def test_hf_step_pair_sampled_follows_the_warped_target_law(sv, temperature, top_k, top_p):
     # The README form: hf_step_pair(...) then SpeculativeDecoder(..., greedy=False),
@@ -895,6 +902,7 @@ _DUCK_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 def test_adapter_is_duck_typed_without_transformers(sv):
     package_dir = os.path.dirname(sv.__file__)
     result = subprocess.run(

@@ -671,6 +671,7 @@ def test_block_verifier_output_law_equals_law_exactly(sv, law, path, case):
     assert torch.allclose(measured, law.block_joint_law(target, draft), atol=1e-12, rtol=0)
 
 
+@pytest.mark.native_only  # the enumeration method's own negative control, pure Python; see pytest.ini
 def test_block_interval_enumeration_detects_h_equal_to_p(sv, law, monkeypatch):
     """Negative control for the test above: the reference with h_i = p_i is caught."""
     monkeypatch.setattr(sv.reference, "block_stops", lambda *args: True)

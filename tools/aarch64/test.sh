@@ -18,7 +18,8 @@ source "$(dirname "$0")/common.sh"
 # declares them and says why; tools/aarch64/README.md too):
 #   transformers  needs the transformers package, which the root does not install;
 #   native_only   too slow or meaningless under emulation (the V = 32000 Pi-pair
-#                 conformance runs; the every-instruction-set subprocess checks);
+#                 conformance runs; the every-instruction-set subprocess checks;
+#                 the decode loops' pure-Python sequence-law tests);
 #   llama_cpp     needs llama-cpp-python and gguf (llama.cpp is not built in the root).
 # A new test file runs here unless its tests carry one of these markers.
 MARKERS="not transformers and not native_only and not llama_cpp"
