@@ -57,6 +57,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # ============================================================================
 
 
+@pytest.mark.native_only  # the shipped files, the same on every arch: the emulated root stages no models/
 def test_models_folder_fits_the_budget():
     # What is shipped: models/gguf/ is made from it by `make gguf` and git-ignored.
     shipped = (f for f in MODELS.rglob("*") if f.is_file() and "gguf" not in f.relative_to(MODELS).parts[:1])
@@ -79,6 +80,7 @@ def safetensors_dtypes(path: pathlib.Path) -> set[str]:
     return {entry["dtype"] for entry in header.values()}
 
 
+@pytest.mark.native_only  # the shipped files, the same on every arch: the emulated root stages no models/
 @pytest.mark.parametrize("name", ["target", "draft"])
 def test_weights_are_bf16_safetensors(name):
     dtypes = safetensors_dtypes(MODELS / name / "model.safetensors")
