@@ -659,7 +659,9 @@ def _block_cases():
     yield from _cases(6, seed=999)
 
 
-@pytest.mark.parametrize("path", ["kernel", "reference"])
+# The reference path is pure Python (3 min emulated, the same on every arch):
+# native_only; the kernel path runs everywhere (pytest.ini).
+@pytest.mark.parametrize("path", ["kernel", pytest.param("reference", marks=pytest.mark.native_only)])
 @pytest.mark.parametrize("case", list(_block_cases()), ids=lambda c: f"K{len(c[1])}V{len(c[0][0])}")
 def test_block_verifier_output_law_equals_law_exactly(sv, law, path, case):
     target_w, draft_w = case
