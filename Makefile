@@ -146,9 +146,13 @@ $(VLLM_STAMP): integrations/vllm/requirements.txt integrations/vllm/pyproject.to
 .PHONY: vllm-env test-vllm bench-vllm
 vllm-env: $(VLLM_STAMP)
 
+# The plugin loads the kernel with kernels.get_kernel; LOCAL_KERNELS resolves it
+# to this checkout's build/, offline.
+VLLM_RUN := LOCAL_KERNELS=phanerozoic/spec-verify=$(CURDIR) HF_HUB_OFFLINE=1 $(VLLM_PY)
+
 test-vllm: build $(VLLM_STAMP)
-	$(VLLM_PY) -m pytest integrations/vllm/tests
+	$(VLLM_RUN) -m pytest integrations/vllm/tests
 
 bench-vllm: build $(VLLM_STAMP)
-	$(VLLM_PY) -m integrations.vllm.bench_rejection
-	$(VLLM_PY) -m integrations.vllm.bench_e2e
+	$(VLLM_RUN) -m integrations.vllm.bench_rejection
+	$(VLLM_RUN) -m integrations.vllm.bench_e2e

@@ -12,8 +12,10 @@ shipped pair) and 128256 (Llama 3), three modes:
 
 The draft is built so about 0.7 of the draft tokens would be accepted. Both
 paths include the full-row softmax that sampled verification starts from;
-``softmax`` prints its cost alone (the part neither path can skip). Threads:
-torch's default here (printed); absolute times are context only.
+``softmax`` prints its cost alone (the part neither path can skip). One torch
+thread by default (``--threads``): on a shared 2-core machine, two OpenMP
+threads wait on each other's time slices (~8 ms quanta). Absolute times are
+context only.
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def ab_medians(fa, fb, repeats: int) -> tuple[float, float]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
 
     from vllm.platforms import current_platform
     import vllm.v1.sample.rejection_sampler as rs
