@@ -25,7 +25,15 @@ std::string where(int64_t seq, int64_t row, int64_t col) {
   return out.str();
 }
 
+// A None passed for a required tensor arrives as an undefined tensor: named
+// as the reference names it ("must be a torch.Tensor, got NoneType"), not by
+// its dtype (UNKNOWN_SCALAR).
+static void check_defined(const char* name, const at::Tensor& t) {
+  TORCH_CHECK_TYPE(t.defined(), name, " must be a torch.Tensor, got NoneType");
+}
+
 void check_float_rows(const char* name, const at::Tensor& t, int64_t ndim) {
+  check_defined(name, t);
   TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf ||
                        t.scalar_type() == at::kBFloat16,
                    name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
@@ -34,6 +42,7 @@ void check_float_rows(const char* name, const at::Tensor& t, int64_t ndim) {
 }
 
 void check_tokens(const char* name, const at::Tensor& t, int64_t ndim) {
+  check_defined(name, t);
   TORCH_CHECK_TYPE(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt,
                    name, " must be int64 or int32, got ", t.scalar_type());
   TORCH_CHECK_VALUE(t.dim() == ndim, name, " must have ", ndim, " dimension(s), got shape ", t.sizes());

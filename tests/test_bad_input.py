@@ -290,6 +290,24 @@ def test_non_tensor_argument(sv, op):
         op.call(sv, [[0.1, 0.9]] * 4, draft, tokens)
 
 
+NONE_CASES = [(name, which) for name, op in OPS.items()
+              for which in (("target", "draft", "tokens") if op.random else ("target", "tokens"))]
+
+
+@pytest.mark.parametrize("name, which", NONE_CASES, ids=[f"{n}-{w}" for n, w in NONE_CASES])
+def test_none_for_a_required_tensor(sv, path, name, which):
+    """None where a tensor is required: the same named TypeError on both paths, single and batched."""
+    op = OPS[name]
+    target, draft, tokens = _ok(sv, op)
+    single = {"target": target, "draft": draft, "tokens": tokens, which: None}
+    batched = {"target": target[None], "draft": draft[None], "tokens": tokens[None], which: None}
+    arg = {"target": op.target, "draft": op.draft, "tokens": "draft_tokens"}[which]
+    with _raises(TypeError, arg, "must be a torch.Tensor", "NoneType"):
+        op.call(path, single["target"], single["draft"], single["tokens"])
+    with _raises(TypeError, arg, "must be a torch.Tensor", "NoneType"):
+        op.call_batched(path, batched["target"], batched["draft"], batched["tokens"])
+
+
 @ALL
 def test_meta_tensors_go_to_reference_and_are_refused_there(sv, op):
     # Tensors on another device take the reference path; mixing devices is refused.
