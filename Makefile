@@ -119,9 +119,9 @@ test-torch212: $(STAMP) $(TORCH212_VENV)/.installed
 	$(TORCH212_VENV)/bin/python -m pytest $(TORCH212_TESTS)
 
 # The release aarch64 variants (torch 2.12.1, 2.13.0) loaded and smoke-tested
-# under qemu, each under its own torch (tools/aarch64/release_smoke.sh; fails
-# at the install today: PyPI lacks aarch64 wheels torch 2.12.1/2.13.0 pin, README). Needs
-# `make release` and the arm64 root (`make test-aarch64` makes it); root.
+# under qemu, each under its own torch (tools/aarch64/release_smoke.sh; each
+# torch's CUDA runtime wheels, 3.8 GB, install once into .cache/aarch64/). Needs
+# `make release` first; setup.sh makes or re-uses the arm64 root; root.
 .PHONY: test-release-aarch64
 test-release-aarch64: $(STAMP)
 	bash tools/aarch64/setup.sh

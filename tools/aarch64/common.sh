@@ -13,7 +13,9 @@ set -euo pipefail
 
 A64_TOOLS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$A64_TOOLS/../.." && pwd)"
-CACHE="${SV_A64_CACHE:-$REPO/.cache/aarch64}"
+# Resolved: /proc/mounts names real paths, and umount_root matches the root's
+# mounts by this prefix (a linked cache, as in a git worktree, leaked them all).
+CACHE="$(realpath -m "${SV_A64_CACHE:-$REPO/.cache/aarch64}")"
 ROOTFS="$CACHE/root"
 STAMPS="$CACHE/stamps"
 LOGS="$CACHE/logs"

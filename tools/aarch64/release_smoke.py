@@ -25,7 +25,8 @@ def main() -> None:
     want = os.environ["SV_SMOKE_TORCH"]
     assert torch.__version__.split("+")[0] == want, (torch.__version__, want)
     assert platform.machine() == "aarch64", platform.machine()
-    sv = kernels.get_local_kernel(pathlib.Path(os.environ["SV_SMOKE_ROOT"]))
+    # backend="cpu": these torch builds are CUDA ones (cu130), for which `kernels` looks only for CUDA variants.
+    sv = kernels.get_local_kernel(pathlib.Path(os.environ["SV_SMOKE_ROOT"]), backend="cpu")
     major, minor = want.split(".")[:2]
     variant = pathlib.Path(sv.__file__).parent.name
     assert variant == f"torch{major}{minor}-cxx11-cpu-aarch64-linux", variant

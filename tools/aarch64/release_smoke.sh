@@ -7,7 +7,7 @@
 # itself links libcudart and libcupti. So each torch goes, with the nvidia
 # wheels its .so files link (its Requires-Dist minus triton and
 # cuda-bindings), into .cache/aarch64/torch-<version>/ by the host's pip
-# (`pip install --target --platform manylinux_2_28_aarch64`: native speed,
+# (`pip install --target --platform manylinux_2_{36..17}_aarch64`: native speed,
 # nothing emulated), bound read-only into the root and put on PYTHONPATH
 # ahead of the root venv, which supplies kernels and torch's pure-Python
 # dependencies. Needs tools/aarch64/setup.sh first (make test-aarch64 runs it).
@@ -29,10 +29,12 @@ install_torch() {
       --platform manylinux_2_28_aarch64 --python-version 3.11 -d "$REPO/.cache/wheels"
     wheel=$(ls "$REPO"/.cache/wheels/torch-"$version"-cp311-cp311-manylinux_2_28_aarch64.whl)
   fi
-  # The root is bookworm (glibc 2.36): wheels tagged up to manylinux_2_36 run there (cuBLAS ships 2_34).
+  # The root is bookworm (glibc 2.36): every manylinux tag from 2_17 (= manylinux2014) to
+  # 2_36 runs there, and pip matches only the tags it is given (cuDNN and cuBLAS ship 2_27).
   local target=(--target "$dest" --python-version 3.11 --only-binary=:all: --quiet)
-  local tag
-  for tag in 28 31 34 35 36; do target+=(--platform "manylinux_2_${tag}_aarch64"); done
+  local glibc
+  for glibc in $(seq 36 -1 17); do target+=(--platform "manylinux_2_${glibc}_aarch64"); done
+  target+=(--platform manylinux2014_aarch64)
   unzip -p "$wheel" "torch-$version.dist-info/METADATA" | sed -n 's/^Requires-Dist: //p' \
     | grep -E '^(cuda-toolkit|nvidia-)' | sed 's/;.*//' >"$CACHE/torch-$version-runtime.txt"
   "$HOST_PYTHON" -m pip install "${target[@]}" --no-deps "$wheel"
