@@ -30,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from benchmarks.bench import median_us  # noqa: E402
 from integrations.vllm.spec_verify_vllm import rejection  # noqa: E402
 
 K = 4
@@ -93,9 +94,7 @@ def main(argv=None) -> None:
                     return stock(*a)
 
                 t_stock, t_ours = ab_medians(theirs, ours, repeats)
-                t_soft = statistics.median(
-                    [(lambda t0: (a[5].softmax(-1), time.perf_counter() - t0)[1])(time.perf_counter())
-                     for _ in range(max(5, repeats // 4))]) * 1e6
+                t_soft = median_us(lambda: a[5].softmax(-1), max(5, repeats // 4), warmup=1)
                 print(f"{V:>7} {B:>3} {mode:>14} {t_stock:>10.1f} {t_ours:>12.1f} {t_stock / t_ours:>7.2f}x "
                       f"{t_soft:>9.1f}")
 

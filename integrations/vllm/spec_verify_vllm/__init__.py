@@ -59,17 +59,8 @@ def register() -> None:
     # stops the engine at start-up, and the first request does not pay the
     # ~0.1 s load (seen as the one 100 ms call among 70 of ~0.2 ms).
     rejection.kernel()
-    stock_rejection_sample = rs.rejection_sample
-
-    def rejection_sample(*args, **kwargs):
-        # vLLM's synthetic acceptance mode (a benchmark simulator) stays stock.
-        if kwargs.get("synthetic_mode"):
-            return stock_rejection_sample(*args, **kwargs)
-        return rejection.rejection_sample(*args, **kwargs)
-
-    rejection_sample.__doc__ = rejection.rejection_sample.__doc__
-    rs.rejection_sample = rejection_sample
+    rs._spec_verify_stock = rejection.stock_rejection_sample = rs.rejection_sample
+    rs.rejection_sample = rejection.rejection_sample
     rs.expand_batch_to_tokens = rejection.expand_batch_to_tokens
-    rs._spec_verify_stock = stock_rejection_sample
     rs._spec_verify_installed = True
     logger.info("spec-verify: vLLM's CPU rejection sampling now runs on spec-verify's ragged ops")

@@ -54,6 +54,10 @@ def kernel():
     return _kernel
 
 
+# vLLM's own rejection_sample, kept by register(): it serves the synthetic
+# acceptance mode (a benchmarking simulator), which spec-verify does not implement.
+stock_rejection_sample = None
+
 PLACEHOLDER_TOKEN_ID = -1  # vLLM's filler after the emitted token
 GREEDY_TEMPERATURE = 0  # vLLM 0.32.0 marks a greedy request by temperature 0
 
@@ -133,14 +137,21 @@ def rejection_sample(
     ``use_fp64_gumbel`` has no meaning here: the recovered token is drawn by
     inverse CDF from one float64 uniform, not by a Gumbel race.
 
+    ``synthetic_mode`` (vLLM's acceptance-rate simulator) goes to stock vLLM's
+    function (``stock_rejection_sample``, kept by ``register``).
+
     Raises
     ------
     NotImplementedError
-        ``synthetic_mode`` (vLLM's acceptance-rate simulator) -- stock vLLM
-        serves it; the plugin's ``register`` routes it there.
+        ``synthetic_mode`` before ``register`` has kept stock's function.
     """
     if synthetic_mode:
-        raise NotImplementedError("spec-verify does not implement vLLM's synthetic acceptance mode")
+        if stock_rejection_sample is None:
+            raise NotImplementedError("spec-verify does not implement vLLM's synthetic acceptance mode")
+        return stock_rejection_sample(
+            draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_logits,
+            bonus_token_ids, sampling_metadata, synthetic_mode=synthetic_mode,
+            synthetic_conditional_rates=synthetic_conditional_rates, use_fp64_gumbel=use_fp64_gumbel)
     sv = kernel()
     bonus = bonus_token_ids.reshape(-1)  # [B]
     if sampling_metadata.all_greedy:
