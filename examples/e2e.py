@@ -102,7 +102,7 @@ _LEAN_CACHE: dict = {}
 
 def lean(model):
     """``LeanLlama(model)``, made once per model: the draft's runtime (see the module docstring)."""
-    from examples.lean_llama import LeanLlama
+    from integrations.transformers.custom_generate.lean_llama import LeanLlama
 
     if model not in _LEAN_CACHE:  # modules hash by identity
         _LEAN_CACHE[model] = LeanLlama(model)
@@ -265,7 +265,7 @@ def demo_section(sv, repeats: int = 7, max_new: int = DEMO_MAX_NEW, k: int = DEM
         print(f"End-to-end: draft {_n(hf_draft)} / target {_n(target)} parameters (models/), "
               f"k={k}, {max_new} new tokens, medians of {repeats} runs, {THREADS} thread(s).")
         print("Plain baseline: a KV-cached loop over the target, one token per forward. The target runs on\n"
-              "transformers' forward in both; the draft on examples/lean_llama.py (same weights, fewer ops).\n")
+              "transformers' forward in both; the draft on integrations/transformers/custom_generate/lean_llama.py (same weights, fewer ops).\n")
 
         greedy = compare(sv, draft, target, prompt_ids, max_new, k, True, repeats)
         assert torch.equal(greedy["plain"], greedy["spec"]), "speculative greedy text differs from plain greedy"

@@ -14,6 +14,9 @@ What is shown, and against which oracle:
 * sampled runs follow torch's seed and stay inside the warped support;
 * a streamer gets the prompt, then the new tokens; ``return_dict_in_generate``
   wraps the same sequences;
+* the draft's lean runtime (the default for a Llama draft) proposes what the
+  draft's own transformers forward proposes: the same tokens, acceptance and
+  output, greedy and sampled, on a ragged batch;
 * bad input -- a missing or mismatched assistant, other tokenizers, a mask
   that does not fit the batch, right padding, unsupported generation options
   -- raises a ``ValueError`` naming it, before anything is decoded;
@@ -225,6 +228,28 @@ def test_streamer_and_return_dict(hf):
         ours(target, draft, two, max_new_tokens=4, streamer=streamer)
 
 
+@pytest.mark.parametrize("sampling", [dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_k=0)],
+                         ids=["greedy", "sampled"])
+def test_lean_draft_proposes_what_the_transformers_draft_proposes(hf, sampling):
+    # The draft runtime decides speed only: the lean forward computes the
+    # draft's own function (to float32 rounding, tests/test_lean_llama.py), so
+    # a run on it proposes, accepts and outputs what a run on the draft's
+    # transformers forward does. (A proposal could flip only where two draft
+    # logits, or a uniform and a CDF step, lie within that rounding.)
+    tokenizer, draft, target = hf
+    batch = tokenizer(PROMPTS[:3], return_tensors="pt", padding=True)
+    outs, stats = {}, {}
+    for runtime in ("transformers", "lean"):
+        found = []
+        torch.manual_seed(3)
+        outs[runtime] = ours(target, draft, batch, max_new_tokens=MAX_NEW, decode_stats=found,
+                             draft_runtime=runtime, **sampling)
+        stats[runtime] = (found[0].drafted, found[0].accepted, found[0].rounds)
+    assert torch.equal(outs["lean"], outs["transformers"])
+    assert stats["lean"] == stats["transformers"]
+    assert 0 < stats["lean"][1] < stats["lean"][0]
+
+
 def test_draft_length_is_num_assistant_tokens(hf):
     # The call's value, else the assistant's generation config, else 5 greedy / 3 sampling.
     tokenizer, draft, target = hf
@@ -272,6 +297,8 @@ BAD_CALLS = [
     (dict(attention_mask="right"), r"attention_mask\[\d\] = \[1, .*0\] is not left padding"),
     (dict(assistant_model="tiny"), r"assistant_model has a vocabulary of 96 tokens and the model 4096"),
     (dict(assistant_tokenizer="other"), r"assistant_tokenizer differs from tokenizer"),
+    (dict(draft_runtime="fast"), r"draft_runtime must be 'auto', 'lean' or 'transformers', got 'fast'"),
+    (dict(draft_runtime="lean", assistant_model="gpt2"), r"LeanLlama runs Llama models, got model_type 'gpt2'"),
 ]
 
 
@@ -289,6 +316,11 @@ def test_bad_input_is_named(hf, kwargs, pattern):
         del kwargs["attention_mask"]
     if kwargs.get("assistant_model") == "tiny":
         kwargs["assistant_model"] = _tiny_llama(96)
+    if kwargs.get("assistant_model") == "gpt2":  # the shipped vocabulary, another architecture
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        kwargs["assistant_model"] = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=4096,
+                                                               n_positions=64)).eval()
     if kwargs.get("assistant_tokenizer") == "other":
         kwargs.update(tokenizer=tokenizer, assistant_tokenizer=types.SimpleNamespace(get_vocab=lambda: {"a": 0}))
     call = dict(batch, assistant_model=draft, custom_generate=hf_generate.INTEGRATION, trust_remote_code=True,

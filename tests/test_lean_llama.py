@@ -1,11 +1,15 @@
-"""``examples/lean_llama.py``: the draft's lean runtime computes transformers' Llama forward.
+"""``integrations/transformers/custom_generate/lean_llama.py``: the draft's lean runtime computes transformers' Llama forward.
 
-Oracle: the shipped models' own transformers forward over the whole sequence
-at once. The lean forward is run the way speculative decoding runs it -- a
-prefill, one-token steps, a multi-token step, a crop and a re-feed -- and its
-logits must match to float32 rounding (``ATOL``; the differences come from
-summation order only). A control with the rotary tables disturbed must fail
-the same comparison. Bad calls raise errors that name the rule.
+Oracles: the shipped models' own transformers forward, (1) over the whole
+sequence at once, against the lean forward run the way one-sequence decoding
+runs it -- a prefill, one-token steps, a multi-token step, a crop and a
+re-feed; (2) through the kernel's batched adapter (``HFBatchedCausalLM``),
+the same ragged rounds driven on both -- left-padded prompts, rejected slots
+masked out as holes, per-row positions, a row leaving the batch. The logits
+must match to float32 rounding (``ATOL``; the differences come from summation
+order only). Controls must fail the same comparisons: rotary tables
+disturbed, and the batched mask ignored. Bad calls raise errors that name the
+rule.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 from examples import e2e
-from examples.lean_llama import LeanCache, LeanLlama
+from integrations.transformers.custom_generate import lean_llama
+from integrations.transformers.custom_generate.lean_llama import LeanCache, LeanLlama
 
 # Logits are O(10); float32 reordering moves them by ~1e-5 at most here
 # (measured max 6e-6 on both models).
@@ -92,6 +97,52 @@ def test_grouped_query_attention_matches_transformers():
     assert diff < ATOL, diff
 
 
+def _ragged_rounds(sv, model, rounds: int = 6) -> list:
+    """The draft's rows over ragged rounds of a batch of 3, as ``HFBatchedCausalLM`` feeds ``model``.
+
+    Teacher-forced, so both runtimes see the same prefixes whatever they
+    propose: left-padded prompts of 7, 3 and 12 tokens; each round every row
+    accepts a different number of its 4 proposals (holes in the cache) and
+    gets one token more; after round 3 the middle row leaves the batch.
+    """
+    g = torch.Generator().manual_seed(5)
+    prefixes = [torch.randint(1, 4096, (n,), generator=g) for n in (7, 3, 12)]
+    rows = [0, 1, 2]
+    adapter = sv.HFBatchedCausalLM(model, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    got = []
+    for r in range(rounds):
+        proposed, logits = adapter.draft_step(prefixes, 4, rows)
+        got.append(logits)
+        prefixes = [torch.cat([p, proposed[b, : (r + b) % 5], torch.randint(1, 4096, (1,), generator=g)])
+                    for b, p in enumerate(prefixes)]
+        if r == 3:
+            prefixes, rows = [prefixes[0], prefixes[2]], [0, 2]
+    assert adapter.holes > 0  # the scheme's masked slots were exercised
+    return got
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("name", ["draft", "target"])
+def test_batched_rounds_with_holes_match_transformers(sv, pair, name):
+    _, draft, target = pair
+    model = draft if name == "draft" else target
+    expected, got = _ragged_rounds(sv, model), _ragged_rounds(sv, LeanLlama(model))
+    diff = max(float((a - b).abs().max()) for a, b in zip(expected, got))
+    assert diff < ATOL, f"{name}: batched lean logits differ from transformers' by {diff:.3g}"
+
+
+@pytest.mark.transformers
+def test_ignoring_the_mask_fails_the_batched_comparison(sv, pair, monkeypatch):
+    # Negative control: a lean forward that attends to holes (the mask dropped).
+    _, draft, _ = pair
+    expected = _ragged_rounds(sv, draft)
+    real = lean_llama._attention_mask
+    monkeypatch.setattr(lean_llama, "_attention_mask", lambda mask, width, start, end: real(None, width, start, end))
+    got = _ragged_rounds(sv, LeanLlama(draft))
+    diff = max(float((a - b).abs().max()) for a, b in zip(expected, got))
+    assert diff > 100 * ATOL, f"a lean forward blind to holes stayed within {diff:.3g}"
+
+
 @pytest.mark.transformers
 def test_drives_speculative_greedy_to_the_plain_text(sv, pair):
     # The draft runtime the demo uses, through the kernel's decoder: the text
@@ -107,15 +158,6 @@ def test_drives_speculative_greedy_to_the_plain_text(sv, pair):
 # ============================================================================
 # Bad calls
 # ============================================================================
-
-
-@pytest.mark.transformers
-def test_batch_of_two_is_refused(pair):
-    lean = LeanLlama(pair[1])
-    with pytest.raises(ValueError, match=r"input_ids must be \[1, T\] \(batch size 1\)"):
-        lean(_tokens(8).repeat(2, 1))
-    with pytest.raises(ValueError, match=r"input_ids must be \[1, T\]"):
-        lean(_tokens(8)[0])
 
 
 @pytest.mark.transformers
@@ -135,9 +177,29 @@ def test_foreign_cache_is_refused(pair):
         LeanLlama(pair[1])(_tokens(2), past_key_values=DynamicCache())
 
 
+@pytest.mark.transformers
+def test_bad_shapes_are_refused(pair):
+    lean = LeanLlama(pair[1])
+    cache = lean(_tokens(4).repeat(2, 1)).past_key_values  # 2 rows, 4 slots
+    ids = _tokens(2).repeat(2, 1)
+    with pytest.raises(ValueError, match=r"input_ids must be a \[n, W\] tensor"):
+        lean(_tokens(8)[0])
+    with pytest.raises(ValueError, match=r"input_ids has 1 rows and the cache 2"):
+        lean(_tokens(2), past_key_values=cache)
+    with pytest.raises(ValueError, match=r"attention_mask must be \[n, cache \+ W\] = \[2, 6\], got \(2, 5\)"):
+        lean(ids, attention_mask=torch.ones(2, 5, dtype=torch.int64), past_key_values=cache)
+    with pytest.raises(ValueError, match=r"position_ids must be \[n, W\] = \[2, 2\], got \(2, 3\)"):
+        lean(ids, position_ids=torch.zeros(2, 3, dtype=torch.int64), past_key_values=cache)
+    with pytest.raises(ValueError, match=r"position_ids outside \[0, max_position_embeddings"):
+        lean(ids, position_ids=torch.full((2, 2), lean.max_len), past_key_values=cache)
+    with pytest.raises(IndexError, match=r"batch_select_indices: rows \[2\] outside \[0, 2\)"):
+        cache.batch_select_indices([2])
+    assert cache.get_seq_length() == 4 and cache.batch == 2  # the refused calls changed nothing
+
+
 @pytest.mark.parametrize("n", [-6, 6])
 def test_crop_outside_the_cache_is_refused(n):
-    cache = LeanCache(layers=1, kv_heads=1, max_len=8, head_dim=2)
+    cache = LeanCache(layers=1, batch=1, kv_heads=1, capacity=8, head_dim=2)
     cache.length = 5
     with pytest.raises(ValueError, match=r"keep must lie in \[0, 5\]"):
         cache.crop(n)

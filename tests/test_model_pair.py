@@ -211,7 +211,7 @@ def _greedy_acceptance(sv, tokenizer, draft, target) -> float:
     for text in PROMPTS:
         prompt = _ids(tokenizer, text)
         plain = e2e.plain_decode(target, prompt, NEW_TOKENS)
-        # The draft on the demo's runtime (examples/lean_llama.py).
+        # The draft on the demo's runtime (integrations/transformers/custom_generate/lean_llama.py).
         spec, stats = e2e.speculative_decode(sv, e2e.lean(draft), target, prompt, NEW_TOKENS, K, greedy=True)
         assert torch.equal(spec, plain), f"speculative greedy differs from plain greedy on {text!r}"
         accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
