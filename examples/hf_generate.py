@@ -21,7 +21,12 @@ forward), the same prompts and the same number of new tokens, in one run:
   with its constant schedule at the same k (``ROWS``: 5, and 3 when sampling) (``num_assistant_tokens = k``,
   ``assistant_confidence_threshold = 0``, so it drafts k every round). It
   refuses batches, so B = 1 only;
-* ours -- ``custom_generate``: the kernel's ``BatchedSpeculativeDecoder``.
+* ours -- ``custom_generate``: the kernel's ``BatchedSpeculativeDecoder``,
+  the draft on its lean forward (``lean_llama.py``, the method's default for a
+  Llama draft), the target on transformers' forward as in the other two;
+* ours, transformers draft -- the same with ``draft_runtime="transformers"``:
+  both models on transformers' forward, as in assisted generation, so the two
+  columns split our gain into the draft's runtime and the rest.
 
 Each workload is a prompt set cycled to ``WORKLOAD`` prompts, decoded in
 batches of B, so every B does the same work; tokens/s counts each row's new
@@ -98,13 +103,17 @@ def assisted(target, draft, batch, max_new, mode, k):
         config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold = saved
 
 
-def ours(target, draft, batch, max_new, mode, k, decode_stats=None):
+def ours(target, draft, batch, max_new, mode, k, decode_stats=None, draft_runtime="auto"):
     return target.generate(**batch, assistant_model=draft, custom_generate=INTEGRATION, trust_remote_code=True,
                            max_new_tokens=max_new, num_assistant_tokens=k, decode_stats=decode_stats,
-                           **MODES[mode])
+                           draft_runtime=draft_runtime, **MODES[mode])
 
 
-METHODS = {"plain": plain, "assisted": assisted, "ours": ours}
+def ours_transformers_draft(target, draft, batch, max_new, mode, k):
+    return ours(target, draft, batch, max_new, mode, k, draft_runtime="transformers")
+
+
+METHODS = {"plain": plain, "assisted": assisted, "ours": ours, "ours_tf": ours_transformers_draft}
 
 
 def batches(tokenizer, prompts: list, size: int) -> list:
@@ -136,8 +145,10 @@ def bench_rows(repeats: int = 3, max_new: int = MAX_NEW, rows_wanted=ROWS) -> li
     with e2e.torch_threads(e2e.THREADS):
         print(f"transformers generate() on the shipped pair ({WORKLOAD} prompts x {max_new} new tokens per "
               f"workload, medians of {repeats}, {e2e.THREADS} thread(s)); tokens/s over all rows")
-        print(f"  {'prompts':8} {'mode':6} {'k':>2} {'B':>2} {'plain':>8} {'assisted':>9} {'ours':>8} "
-              f"{'ours/plain':>10} {'ours/assisted':>13} {'accept':>7} {'tok/round':>9}")
+        print("  ours: the draft on its lean forward (custom_generate's default); ours-tf: both models on "
+              "transformers' forward, as in assisted")
+        print(f"  {'prompts':8} {'mode':6} {'k':>2} {'B':>2} {'plain':>8} {'assisted':>9} {'ours':>8} {'ours-tf':>8} "
+              f"{'ours/plain':>10} {'ours/assisted':>13} {'ours-tf/assisted':>16} {'accept':>7} {'tok/round':>9}")
         for set_name, prompts in PROMPT_SETS.items():
             for mode, k in rows_wanted:
                 for size in BATCHES:
@@ -162,9 +173,10 @@ def _bench_row(tokenizer, draft, target, work, max_new, mode, k, repeats, eos) -
             tokens[m] = counted[m]
     rate = {m: tokens[m] / statistics.median(seconds[m]) for m in methods}
     drafted = sum(s.drafted for s in stats)
-    return dict(plain=rate["plain"], assisted=rate.get("assisted"), ours=rate["ours"],
+    return dict(plain=rate["plain"], assisted=rate.get("assisted"), ours=rate["ours"], ours_tf=rate["ours_tf"],
                 ours_over_plain=rate["ours"] / rate["plain"],
                 ours_over_assisted=rate["ours"] / rate["assisted"] if "assisted" in rate else None,
+                ours_tf_over_assisted=rate["ours_tf"] / rate["assisted"] if "assisted" in rate else None,
                 acceptance=sum(s.accepted for s in stats) / drafted if drafted else 0.0,
                 tokens_per_round=sum(s.new_tokens for s in stats) / max(sum(s.rounds for s in stats), 1))
 
@@ -186,9 +198,11 @@ def _run_all(draft, target, work, max_new, mode, k, methods, eos, stats):
 def _print_row(row: dict) -> None:
     assisted = f"{row['assisted']:9.1f}" if row["assisted"] is not None else f"{'-':>9}"
     ratio = f"{row['ours_over_assisted']:12.2f}x" if row["ours_over_assisted"] is not None else f"{'-':>13}"
+    ratio_tf = (f"{row['ours_tf_over_assisted']:15.2f}x" if row["ours_tf_over_assisted"] is not None
+                else f"{'-':>16}")
     print(f"  {row['prompts']:8} {row['mode']:6} {row['k']:>2} {row['batch']:>2} {row['plain']:8.1f} {assisted} "
-          f"{row['ours']:8.1f} {row['ours_over_plain']:9.2f}x {ratio} {row['acceptance']:7.3f} "
-          f"{row['tokens_per_round']:9.2f}", flush=True)
+          f"{row['ours']:8.1f} {row['ours_tf']:8.1f} {row['ours_over_plain']:9.2f}x {ratio} {ratio_tf} "
+          f"{row['acceptance']:7.3f} {row['tokens_per_round']:9.2f}", flush=True)
 
 
 def main(argv=None) -> None:
