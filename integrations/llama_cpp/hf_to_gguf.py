@@ -2,6 +2,7 @@
 
     python -m integrations.llama_cpp.hf_to_gguf            # models/gguf/{target,draft}.gguf
     make gguf                                              # the same, remade when the weights change
+    python -m integrations.llama_cpp.hf_to_gguf --dtype f16 --out out/gguf-f16   # for measuring only
 
 Written with the ``gguf`` package's ``GGUFWriter`` (the library llama.cpp's own
 ``convert_hf_to_gguf.py`` writes with), for exactly what ``models/`` holds: the
@@ -9,7 +10,10 @@ Written with the ``gguf`` package's ``GGUFWriter`` (the library llama.cpp's own
 attention), bf16 safetensors, and one byte-level BPE tokenizer. The weights
 are written as float32 (``general.file_type`` ALL_F32): the bf16 values are
 exact in float32, so the GGUF model is the HF model's function up to the order
-of float operations.
+of float operations. ``--dtype f16`` or ``q8_0`` writes the linear weights and
+the embedding so instead (norms stay float32; a q8_0 weight whose rows are not
+a multiple of 32 long, the target's ``ffn_down``, is written f16), for
+measuring llama.cpp's eval costs only: the shipped pair and the tests are f32.
 
 Two conversions matter for correctness:
 
@@ -70,8 +74,13 @@ def load_tokenizer(tokenizer_dir: pathlib.Path) -> dict:
                 pad=vocab.get(cfg.get("pad_token"), eos))
 
 
-def write_gguf(path: pathlib.Path, config: dict, tensors: dict, tokenizer: dict, name: str = "spec-verify") -> None:
-    """Write one Llama model as an all-float32 GGUF file.
+DTYPES = ("f32", "f16", "q8_0")
+
+
+def write_gguf(path: pathlib.Path, config: dict, tensors: dict, tokenizer: dict, name: str = "spec-verify",
+               dtype: str = "f32") -> None:
+    """Write one Llama model as an all-float32 GGUF file (``dtype`` f32), or with its 2-D weights
+    f16 or q8_0 (see the module's docstring).
 
     ``config`` uses transformers' Llama keys; ``tensors`` maps transformers'
     parameter names to float32 numpy arrays ([out, in] for linear weights);
@@ -88,7 +97,8 @@ def write_gguf(path: pathlib.Path, config: dict, tensors: dict, tokenizer: dict,
     path.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(name)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype])
     w.add_context_length(config.get("max_position_embeddings", 2048))
     w.add_embedding_length(d)
     w.add_block_count(config["num_hidden_layers"])
@@ -113,7 +123,14 @@ def write_gguf(path: pathlib.Path, config: dict, tensors: dict, tokenizer: dict,
     w.add_add_eos_token(False)
 
     def put(gguf_name, array):
-        w.add_tensor(gguf_name, np.ascontiguousarray(array, dtype=np.float32))
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        if dtype == "f32" or array.ndim < 2:
+            w.add_tensor(gguf_name, array)
+        elif dtype == "q8_0" and array.shape[-1] % 32 == 0:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(gguf_name, gguf.quants.quantize(array, q8), raw_dtype=q8)
+        else:
+            w.add_tensor(gguf_name, array.astype(np.float16))
 
     put("token_embd.weight", tensors["model.embed_tokens.weight"])
     for i in range(config["num_hidden_layers"]):
@@ -136,7 +153,7 @@ def write_gguf(path: pathlib.Path, config: dict, tensors: dict, tokenizer: dict,
     w.close()
 
 
-def convert(model_dir: pathlib.Path, tokenizer: dict, out: pathlib.Path) -> pathlib.Path:
+def convert(model_dir: pathlib.Path, tokenizer: dict, out: pathlib.Path, dtype: str = "f32") -> pathlib.Path:
     """One HF Llama folder (``config.json``, ``model.safetensors``) -> one GGUF file."""
     from safetensors.torch import load_file
 
@@ -145,7 +162,7 @@ def convert(model_dir: pathlib.Path, tokenizer: dict, out: pathlib.Path) -> path
         raise ValueError(f"{model_dir}: model_type {config.get('model_type')!r}, only llama is supported")
     tensors = {name: t.float().numpy() for name, t in load_file(str(model_dir / "model.safetensors")).items()}
     tmp = out.with_suffix(".gguf.tmp")
-    write_gguf(tmp, config, tensors, tokenizer, name=f"spec-verify-{model_dir.name}")
+    write_gguf(tmp, config, tensors, tokenizer, name=f"spec-verify-{model_dir.name}", dtype=dtype)
     tmp.replace(out)  # never a half-written file under the real name
     return out
 
@@ -154,13 +171,15 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=str(MODELS), help="folder with target/, draft/, tokenizer/")
     parser.add_argument("--out", default=None, help="output folder (default: <models>/gguf)")
+    parser.add_argument("--dtype", choices=DTYPES, default="f32",
+                        help="linear weights' type (default f32, the shipped pair's; the others for measuring)")
     args = parser.parse_args(argv)
     models = pathlib.Path(args.models)
     out = pathlib.Path(args.out) if args.out else models / "gguf"
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(models / "tokenizer")
     for role in ("target", "draft"):
-        path = convert(models / role, tokenizer, out / f"{role}.gguf")
+        path = convert(models / role, tokenizer, out / f"{role}.gguf", args.dtype)
         print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
 
 
