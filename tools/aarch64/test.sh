@@ -30,11 +30,12 @@ stage_tree() {
   [[ -d $variant ]] || die "no $(basename "$variant") variant (run tools/aarch64/build.sh)"
   rm -rf --one-file-system "$dest"
   mkdir -p "$dest/build" "$dest/tools" "$dest/examples"
-  (cd "$REPO" && tar -cf - --exclude=__pycache__ tests torch-ext csrc pytest.ini build.toml requirements.txt) \
+  (cd "$REPO" && tar -cf - --exclude=__pycache__ tests torch-ext csrc pytest.ini build.toml requirements.txt \
+     integrations/__init__.py integrations/transformers/custom_generate) \
     | tar -xf - -C "$dest"
   # The packages the test modules import at collection (tools.conformance,
-  # tools.kernel_loader, examples.e2e); not models/: the tests that load them
-  # need transformers and are deselected.
+  # tools.kernel_loader, examples.e2e, integrations.transformers.custom_generate.lean_llama);
+  # not models/: the tests that load them need transformers and are deselected.
   cp "$REPO"/tools/*.py "$dest/tools/"
   cp "$REPO"/examples/*.py "$dest/examples/"
   cp -a "$variant" "$dest/build/"
