@@ -36,8 +36,8 @@ fi
 mkdir -p "$OUT/src"
 if [ ! -f "$SRC/CMakeLists.txt" ]; then
   sdist="$OUT/src/llama_cpp_python-$VERSION.tar.gz"
-  [ -f "$sdist" ] || "$PY" -m pip download "llama-cpp-python==$VERSION" --no-binary :all: --no-deps \
-                        --no-build-isolation -d "$OUT/src"
+  [ -f "$sdist" ] || nice -n 10 "$PY" -m pip download "llama-cpp-python==$VERSION" --no-binary :all: \
+                        --no-deps -d "$OUT/src"
   tar -xzf "$sdist" -C "$OUT/src"
 fi
 
