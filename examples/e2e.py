@@ -97,16 +97,11 @@ def load_pair(models_dir: pathlib.Path = MODELS):
     return _PAIR_CACHE[key]
 
 
-_LEAN_CACHE: dict = {}
-
-
 def lean(model):
     """``LeanLlama(model)``, made once per model: the draft's runtime (see the module docstring)."""
-    from integrations.transformers.custom_generate.lean_llama import LeanLlama
+    from integrations.transformers.custom_generate.lean_llama import lean_for
 
-    if model not in _LEAN_CACHE:  # modules hash by identity
-        _LEAN_CACHE[model] = LeanLlama(model)
-    return _LEAN_CACHE[model]
+    return lean_for(model)
 
 
 @contextlib.contextmanager

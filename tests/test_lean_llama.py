@@ -23,7 +23,7 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parents[1]
 from examples import e2e
 from integrations.transformers.custom_generate import lean_llama
-from integrations.transformers.custom_generate.lean_llama import LeanCache, LeanLlama
+from integrations.transformers.custom_generate.lean_llama import LeanCache, LeanLlama, lean_for
 
 # Logits are O(10); float32 reordering moves them by ~1e-5 at most here
 # (measured max 6e-6 on both models).
@@ -141,6 +141,26 @@ def test_ignoring_the_mask_fails_the_batched_comparison(sv, pair, monkeypatch):
     got = _ragged_rounds(sv, LeanLlama(draft))
     diff = max(float((a - b).abs().max()) for a, b in zip(expected, got))
     assert diff > 100 * ATOL, f"a lean forward blind to holes stayed within {diff:.3g}"
+
+
+@pytest.mark.transformers
+def test_lean_for_is_made_again_when_the_weights_change():
+    # One copy per model while its weights stand; a weight written in place
+    # (training, a LoRA merge) makes a new copy that computes the new function.
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=4096, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=48, max_position_embeddings=64)).eval()
+    first = lean_for(model)
+    assert lean_for(model) is first
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2)
+    second = lean_for(model)
+    assert second is not first
+    ids = _tokens(5)
+    with torch.inference_mode():
+        assert float((second(ids).logits - model(ids).logits).abs().max()) < ATOL
 
 
 @pytest.mark.transformers

@@ -184,8 +184,9 @@ def own_rows(bin_dir: pathlib.Path, gg: pathlib.Path, texts: list, max_new: int,
     if bench.returncode != 0:
         raise RuntimeError(f"llama-bench exited {bench.returncode}:\n{bench.stderr[-2000:]}")
     b = json.loads(bench.stdout)[0]
-    return dict(k=k, rows=rows, reruns_lost_log=len(LOST_LOGS), llama_bench=dict(tok_s=b["avg_ts"], stddev=b["stddev_ts"], n_gen=b["n_gen"],
-                                                 cpu_info=b.get("cpu_info"), build=b.get("build_commit")))
+    llama_bench = dict(tok_s=b["avg_ts"], stddev=b["stddev_ts"], n_gen=b["n_gen"], cpu_info=b.get("cpu_info"),
+                       build=b.get("build_commit"))
+    return dict(k=k, rows=rows, reruns_lost_log=len(LOST_LOGS), llama_bench=llama_bench)
 
 
 def print_own(own: dict) -> None:
@@ -295,9 +296,7 @@ def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), j
     result = dict(threads=threads, max_new=max_new, prompts=texts, repeats=repeats, rows=rows, best=best,
                   eval_cpu_ms=costs, library=library_info(), gguf=str(gg))
     print_table(result)
-    if json_path:  # now, and again with llama.cpp's own rows
-        pathlib.Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(json_path).write_text(json.dumps(result, indent=1))
+    _save(result, json_path)  # now, and again with llama.cpp's own rows (a failure there keeps these)
     if own_bins == "off":
         print("\nllama.cpp's own binaries: not run (--own-bins off)")
     else:
@@ -308,10 +307,14 @@ def run(repeats: int = 3, max_new: int = 64, threads: int = 1, ks=range(1, 9), j
         else:
             result["own"] = own_rows(bin_dir, gg, texts, max_new, threads, own_k, repeats)
             print_own(result["own"])
+            _save(result, json_path)
+    return result
+
+
+def _save(result: dict, json_path) -> None:
     if json_path:
         pathlib.Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(json_path).write_text(json.dumps(result, indent=1))
-    return result
 
 
 def eval_costs(sv, draft_llama, target_llama, sizes, context: int = 64, calls: int = 25) -> dict:

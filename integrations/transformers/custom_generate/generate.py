@@ -24,12 +24,11 @@ reproducible.
 from __future__ import annotations
 
 import functools
-import weakref
 
 import torch
 
 from .generation_options import Options, resolve
-from .lean_llama import LeanLlama, supports
+from .lean_llama import lean_for, supports
 
 KERNEL_REPO = "phanerozoic/spec-verify"
 KERNEL_VERSION = 1
@@ -115,10 +114,6 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
 # The draft's runtime
 # ----------------------------------------------------------------------------
 
-# LeanLlama per draft model, with the weights it copied: made again when a
-# parameter was replaced or written in place (its tensor or version moved).
-_LEAN = weakref.WeakKeyDictionary()
-
 
 def _draft_runtime(assistant_model, runtime):
     """The callable that runs the draft's forwards (see ``generate``'s ``draft_runtime``)."""
@@ -126,12 +121,7 @@ def _draft_runtime(assistant_model, runtime):
         raise ValueError(f"draft_runtime must be 'auto', 'lean' or 'transformers', got {runtime!r}")
     if runtime == "transformers" or (runtime == "auto" and not supports(assistant_model)):
         return assistant_model
-    weights = tuple((p.data_ptr(), p._version) for p in assistant_model.parameters())
-    made = _LEAN.get(assistant_model)
-    if made is None or made[1] != weights:
-        made = (LeanLlama(assistant_model), weights)  # raises, naming the reason, for "lean" out of scope
-        _LEAN[assistant_model] = made
-    return made[0]
+    return lean_for(assistant_model)  # "lean" out of scope raises, naming why
 
 
 # ----------------------------------------------------------------------------

@@ -40,12 +40,13 @@ biases, SiLU, the default rope (no scaling), on the CPU; any float dtype
 
 from __future__ import annotations
 
+import weakref
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LeanCache", "LeanLlama", "supports"]
+__all__ = ["LeanCache", "LeanLlama", "lean_for", "supports"]
 
 
 # ----------------------------------------------------------------------------
@@ -246,6 +247,21 @@ class LeanLlama:
             keys, values = keys.repeat_interleave(repeat, 1), values.repeat_interleave(repeat, 1)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [n, H, W, hd]
         return F.linear(out.transpose(1, 2).reshape(n, width, self.heads * hd), layer.o)
+
+
+# One LeanLlama per model, with the weights it copied: made again when a
+# parameter was replaced or written in place (its tensor or its version moved).
+_MADE = weakref.WeakKeyDictionary()
+
+
+def lean_for(model) -> LeanLlama:
+    """``LeanLlama(model)``, made once per model and again when its weights change."""
+    weights = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    made = _MADE.get(model)
+    if made is None or made[1] != weights:
+        made = (LeanLlama(model), weights)  # raises, naming the reason, for a model out of scope
+        _MADE[model] = made
+    return made[0]
 
 
 # Note [Holes in the lean forward]
