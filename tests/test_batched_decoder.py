@@ -308,7 +308,17 @@ def test_bad_batched_callback_results_are_named(sv):
     prompts = [torch.tensor([0]), torch.tensor([1, 2])]
     cases = [
         (lambda p, k, r: (torch.zeros(len(p), k + 1, dtype=torch.int64), None), target_step, ValueError,
-         r"draft_step\(prefixes, k=2, rows\) for 2 sequences returned tokens of shape \(2, 3\), expected \(2, 2\)"),
+         r"draft_step\(prefixes, k=2, rows\) for 2 sequences returned tokens of shape \(2, 3\), expected "
+         r"\[2, m\] with m <= 2"),
+        (lambda p, k, r: (torch.zeros(len(p), k, dtype=torch.int64), None, torch.tensor([1, 3])), target_step,
+         ValueError, r"returned num_tokens\[1\] = 3, outside \[0, 2\]"),
+        (lambda p, k, r: (torch.zeros(len(p), k, dtype=torch.int64), None, torch.tensor([1])), target_step,
+         ValueError, r"returned num_tokens of shape \(1,\), expected \(2,\)"),
+        (lambda p, k, r: (torch.zeros(len(p), k, dtype=torch.int64), None, torch.tensor([1.0, 1.0])), target_step,
+         TypeError, r"\(num_tokens\) returned tokens of dtype torch.float32"),
+        (lambda p, k, r: (torch.zeros(len(p), k, dtype=torch.int64), None, None, None), target_step,
+         TypeError, r"must return a pair or a triple \(tokens, rows\) or \(tokens, rows, num_tokens\), got tuple "
+         r"of length 4"),
         (lambda p, k, r: (torch.zeros(len(p), k, dtype=torch.int64), torch.full((len(p), k, 4), 0.25)), target_step,
          ValueError, r"draft_step.*probs over V = 4 tokens, but target_step returned V = 3"),
         (draft_step, lambda p, t, r: torch.full((len(p), t.shape[1], 3), 0.3), ValueError,

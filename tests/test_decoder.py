@@ -342,11 +342,19 @@ def test_bad_warpings_are_named(sv):
 def test_bad_logits_draft_results_are_named(sv):
     w = dict(temperature=1.0, top_k=1)  # top-k 1: only the argmax is in the warped support
     _, target_step = _good_pair()
+    # logits=None is a point-mass draft now (DESIGN.md, "Prompt lookup"), not an error: at top-k 1 the
+    # warped target is its argmax, so the run must equal greedy decoding of the target's logits.
+    def favours_next(prefix, proposed):  # logits favouring (last token + 1) % V: one argmax per row
+        seq = torch.cat([prefix, proposed])
+        rows = torch.zeros(len(proposed) + 1, TABLE_V)
+        rows[torch.arange(len(proposed) + 1), (seq[len(prefix) - 1:] + 1) % TABLE_V] = 2.0
+        return rows
+
     none_rows = lambda prefix, k: (torch.zeros(k, dtype=torch.int64), None)  # noqa: E731
-    decoder = sv.SpeculativeDecoder(none_rows, target_step, k=2, greedy=False, warping=w)
-    with pytest.raises(ValueError, match=r"draft_step\(prefix, k=2\) returned logits=None, but sampled "
-                                         r"verification \(greedy=False\) needs the logits \[k, V\]"):
-        decoder.generate(torch.tensor([0]), max_new=5)
+    decoder = sv.SpeculativeDecoder(none_rows, favours_next, k=2, greedy=False, warping=w)
+    greedy = sv.SpeculativeDecoder(none_rows, favours_next, k=2, greedy=True)
+    assert decoder.generate(torch.tensor([0]), max_new=5).tolist() == greedy.generate(torch.tensor([0]), 5).tolist()
+    assert decoder.stats.drafted > 0
     outside = lambda prefix, k: (torch.ones(k, dtype=torch.int64), torch.tensor([[2.0, 1.0, 0.0]] * k))  # noqa: E731
     decoder = sv.SpeculativeDecoder(outside, target_step, k=2, greedy=False, warping=w)
     with pytest.raises(ValueError, match=r"verification of round 0 .*draft_logits.*outside the support of "
@@ -420,7 +428,7 @@ BAD_DRAFTS = [
     # (draft result for k, error type, message pattern)
     (lambda k: torch.zeros(k, dtype=torch.int64), TypeError, r"draft_step.*pair \(tokens, probs\)"),
     (lambda k: (torch.zeros(k + 1, dtype=torch.int64), torch.full((k + 1, 3), 0.3)), ValueError,
-     r"draft_step\(prefix, k=2\) returned tokens of shape \(3,\), expected \(2,\)"),
+     r"draft_step\(prefix, k=2\) returned tokens of shape \(3,\), expected \[m\] with m <= 2"),
     (lambda k: (torch.zeros(1, k, dtype=torch.int64), torch.full((k, 3), 0.3)), ValueError,
      r"draft_step.*tokens of shape \(1, 2\)"),
     (lambda k: (torch.zeros(k), torch.full((k, 3), 0.3)), TypeError, r"draft_step.*tokens of dtype torch.float32"),
@@ -430,8 +438,6 @@ BAD_DRAFTS = [
      r"draft_step.*returned probs of shape \(2,\), expected 2-D"),
     (lambda k: (torch.zeros(k, dtype=torch.int64), torch.full((k, 4), 0.25)), ValueError,
      r"draft_step.*probs over V = 4.*target_step returned V = 3"),
-    (lambda k: (torch.zeros(k, dtype=torch.int64), None), ValueError,
-     r"draft_step.*probs=None.*sampled"),
     (lambda k: (torch.tensor([0, 1]), torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5]])), ValueError,
      r"draft_step.*tokens\[1\] = 1 with probs\[1, 1\] = 0.0"),
     (lambda k: (torch.tensor([0, 3]), torch.full((k, 3), 0.3)), ValueError,
@@ -491,11 +497,18 @@ def test_bad_arguments_are_named(sv):
         sv.SpeculativeDecoder(draft_step, target_step).generate(torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match=r"prompt_ids must be 1-D"):
         sv.SpeculativeDecoder(draft_step, target_step).generate(torch.zeros(2, 2, dtype=torch.int64))
-    for k in (0, -1):
-        with pytest.raises(ValueError, match=rf"k must be >= 1, got {k}"):
-            sv.SpeculativeDecoder(draft_step, target_step, k=k)
+    with pytest.raises(ValueError, match=r"k must be >= 0, got -1"):
+        sv.SpeculativeDecoder(draft_step, target_step, k=-1)
     with pytest.raises(TypeError, match=r"k must be an int, got float"):
         sv.SpeculativeDecoder(draft_step, target_step, k=2.0)
+    with pytest.raises(ValueError, match=r'k must be an int >= 0 or "auto", got \'Auto\''):
+        sv.SpeculativeDecoder(draft_step, target_step, k="Auto")
+    with pytest.raises(ValueError, match=r'k_max applies only to k="auto", got k=3 and k_max=5'):
+        sv.SpeculativeDecoder(draft_step, target_step, k=3, k_max=5)
+    with pytest.raises(ValueError, match=r"k_max must be >= 1, got 0"):
+        sv.SpeculativeDecoder(draft_step, target_step, k="auto", k_max=0)
+    with pytest.raises(TypeError, match=r"k_max must be an int, got float"):
+        sv.BatchedSpeculativeDecoder(draft_step, target_step, k="auto", k_max=4.0)
     with pytest.raises(ValueError, match=r"max_new must be >= 0, got -1"):
         sv.SpeculativeDecoder(draft_step, target_step).generate(torch.tensor([0]), max_new=-1)
     with pytest.raises(TypeError, match=r"draft_step must be callable"):

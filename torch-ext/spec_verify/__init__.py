@@ -18,6 +18,7 @@ This file is the package's face: it re-exports, nothing else. Where things live:
 * ``law.py``        the exact law of speculative sampling
 * ``decoder.py``    the draft / verify loop; ``hf_adapter.py`` Hugging Face models as callbacks
 * ``batched_decoder.py``  B sequences per round (the one loop); ``hf_batched.py`` one KV cache per batch
+* ``prompt_lookup.py``  ``PromptLookupDraft``, a draft read from the prefix; ``cost_model.py`` ``k="auto"``
 * ``_fake.py``      fake implementations (torch.compile); ``_ops.py`` the build's op namespace
 
 CPU tensors run the vectorized C++ kernel (``ops``); tensors on any other
@@ -43,6 +44,7 @@ from .law import (
     expected_accepted_block,
     joint_law,
 )
+from .prompt_lookup import PromptLookupDraft
 from .logits import sample_draft, verify_logits, verify_logits_batched, verify_logits_ragged, warp_probs
 from .verify import (
     build_info,
@@ -90,6 +92,7 @@ __all__ = [
     "BatchedSpeculativeDecoder",
     "HFBatchedCausalLM",
     "hf_batched_step_pair",
+    "PromptLookupDraft",
     # Introspection, the raw ops, the reference path
     "build_info",
     "ops",

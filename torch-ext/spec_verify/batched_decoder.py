@@ -65,6 +65,7 @@ from .decode_checks import (
     eos_set,
     same_dtype,
 )
+from .cost_model import AutoCost
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping
 from .logits import verify_logits_batched
@@ -141,9 +142,10 @@ class _DecodeLoop:
     sequence and its single-sequence callbacks.
     """
 
-    def __init__(self, draft_step, target_step, k: int = 4, greedy: bool = True, eos_token_id=None,
+    def __init__(self, draft_step, target_step, k: int | str = 4, greedy: bool = True, eos_token_id=None,
                  generator: torch.Generator | None = None, *,
-                 warping: LogitsWarping | Mapping | None = None, method: str = "token") -> None:
+                 warping: LogitsWarping | Mapping | None = None, method: str = "token",
+                 k_max: int | None = None) -> None:
         if not callable(draft_step):
             raise TypeError(f"draft_step must be callable, got {type(draft_step).__name__}")
         if not callable(target_step):
@@ -152,7 +154,18 @@ class _DecodeLoop:
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         self.draft_step = draft_step
         self.target_step = target_step
-        self.k = check_int("k", k, 1)
+        # k="auto": each round picks k in 0..k_max from the measured costs (cost_model.py);
+        # self.k is then the most a round drafts. A fixed k = 0 is plain decoding.
+        if isinstance(k, str):
+            if k != "auto":
+                raise ValueError(f'k must be an int >= 0 or "auto", got {k!r}')
+            self.k = check_int("k_max", 8 if k_max is None else k_max, 1)
+            self.auto: AutoCost | None = AutoCost(self.k)
+        else:
+            if k_max is not None:
+                raise ValueError(f'k_max applies only to k="auto", got k={k!r} and k_max={k_max!r}')
+            self.k = check_int("k", k, 0)
+            self.auto = None
         self.greedy = bool(greedy)
         if method not in ("token", "block"):
             raise ValueError(f'method must be "token" or "block", got {method!r}')
@@ -175,8 +188,10 @@ class _DecodeLoop:
         # One counter per accepted length a round can reach: k itself may be huge (k=10**7).
         longest_round = min(self.k, max(max_new - 1, 0))
         stats = DecodeStats(k=self.k, greedy=self.greedy, warping=self.warping, batch_size=len(prompts),
-                            histogram=[0] * (longest_round + 1))
+                            histogram=[0] * (longest_round + 1), auto=self.auto is not None)
         self.stats = stats
+        if self.auto is not None:
+            self.auto.new_run()  # new prompts: their acceptance is unknown; the cost curve is kept
         self._vocab = None  # learnt from the first target call of this run
         start = time.perf_counter()
         sequences = [_Sequence(prompt, max_new) for prompt in prompts]
@@ -194,15 +209,16 @@ class _DecodeLoop:
         """One batch round over the unfinished sequences ``active``; returns those still unfinished."""
         stats = self.stats
         # Draft at most remaining - 1: a round emits accepted + 1 tokens.
-        budgets = [min(self.k, sequences[b].left - 1) for b in active]
-        k_round = max(budgets)
+        caps = [min(self.k, sequences[b].left - 1) for b in active]
+        k_ask, predicted = self._choose_k(active, caps)
+        budgets = [min(k_ask, cap) for cap in caps]
         prefixes = [sequences[b].filled for b in active]
         t0 = time.perf_counter()
-        if k_round == 0:
-            # Last token of every sequence: nothing to draft, the target picks it.
+        if max(budgets) == 0:
+            # A plain step (k = 0, or the last token of every sequence): nothing to draft.
             draft_tokens, draft_rows = torch.empty((len(active), 0), dtype=torch.int64), None
         else:
-            draft_tokens, draft_rows = self._draft_round(prefixes, k_round, active)
+            draft_tokens, draft_rows, budgets = self._draft_round(prefixes, max(budgets), active, budgets)
         t1 = time.perf_counter()
         target_rows = self._target_round(prefixes, draft_tokens, active)
         t2 = time.perf_counter()
@@ -211,20 +227,45 @@ class _DecodeLoop:
         stats.target_seconds += t2 - t1
         stats.verify_seconds += time.perf_counter() - t2
         stats.batch_rounds += 1
-        return self._commit_round(sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit)
+        still = self._commit_round(sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit)
+        stats.record_choice(k_ask, predicted)
+        if self.auto is not None:
+            self.auto.record(len(active), k_ask, draft_tokens.shape[1],
+                             (t1 - t0, t2 - t1, time.perf_counter() - t2),
+                             list(zip(active, budgets, accepted)))
+        return still
+
+    def _choose_k(self, active: list, caps: list) -> tuple:
+        """``(k to ask the draft for, (predicted tokens, predicted seconds) or None)``."""
+        if self.auto is None:
+            return self.k, None
+        return self.auto.choose(active, caps)
 
     # -- phase 1: draft --------------------------------------------------------
 
-    def _draft_round(self, prefixes: list, k_round: int, rows: list):
-        """``[n, k_round]`` draft tokens and the ``[n, k_round, V]`` rows they were drawn from (or None)."""
+    def _draft_round(self, prefixes: list, k_round: int, rows: list, budgets: list):
+        """``[n, K]`` draft tokens, the ``[n, K, V]`` rows they were drawn from (or None), and the budgets.
+
+        The draft may propose fewer than ``k_round`` (``num_tokens``): each
+        budget is cut to what its sequence got, and ``K`` is the longest.
+        """
         where = f"draft_step(prefixes, k={k_round}, rows) for {len(prefixes)} sequences"
-        tokens, draft_rows = check_draft_result(self.draft_step(prefixes, k_round, rows), where,
-                                                (len(prefixes), k_round), self._rows,
-                                                needs_rows=not self._argmax_only)
+        tokens, draft_rows, counts = check_draft_result(self.draft_step(prefixes, k_round, rows), where,
+                                                        (len(prefixes), k_round), self._rows)
+        return self._fit_budgets(tokens, draft_rows, counts, budgets, where)
+
+    def _fit_budgets(self, tokens, draft_rows, counts, budgets: list, where: str):
+        """Budgets cut to what the draft proposed; tokens and rows cut to the longest; ids checked."""
+        got = [tokens.shape[1]] * len(budgets) if counts is None else counts.tolist()
+        budgets = [min(b, g) for b, g in zip(budgets, got)]
+        width = max(budgets)
+        if width < tokens.shape[1]:
+            tokens = tokens[:, :width]
+            draft_rows = None if draft_rows is None else draft_rows[:, :width]
         if self._vocab is not None:
             # V is known from round 1: bad ids never reach target_step.
-            check_draft_ids(tokens, [k_round] * len(prefixes), self._vocab, where)
-        return tokens, draft_rows
+            check_draft_ids(tokens, budgets, self._vocab, where)
+        return tokens, draft_rows, budgets
 
     # -- phase 2: target -------------------------------------------------------
 
@@ -260,16 +301,27 @@ class _DecodeLoop:
             if self._argmax_only:
                 accepted, next_tokens = verify_greedy_batched(target_rows, draft_tokens, num_draft_tokens)
             else:
+                if draft_rows is None and k_round:
+                    draft_rows = point_mass_rows(draft_tokens, target_rows, logits=self.warping is not None)
                 target_rows, draft_rows = same_dtype(target_rows, draft_rows)
+                uniforms = self._uniforms((n, k_round + 1))
                 if self.warping is None:
                     verify = verify_block_batched if self.method == "block" else verify_sampled_batched
                     accepted, next_tokens = verify(target_rows, draft_rows, draft_tokens, num_draft_tokens,
-                                                   generator=self.generator)
+                                                   uniforms=uniforms)
                 else:
                     accepted, next_tokens = verify_logits_batched(target_rows, draft_rows, draft_tokens,
-                                                                  num_draft_tokens, generator=self.generator,
+                                                                  num_draft_tokens, uniforms=uniforms,
                                                                   method=self.method, **self.warping.kwargs())
         return accepted.tolist(), next_tokens.tolist()
+
+    def _uniforms(self, shape: tuple) -> torch.Tensor:
+        """The round's float64 uniforms, drawn from ``generator`` as the ops would draw them.
+
+        The one place the decoder's randomness enters (a test replaces it to
+        enumerate the decoder's law exactly).
+        """
+        return torch.rand(shape, dtype=torch.float64, generator=self.generator)
 
     def _naming_the_round(self):
         """A context that re-raises an op's ValueError / IndexError naming the round and the rows."""
@@ -289,6 +341,22 @@ class _DecodeLoop:
             if seq.stopped_by is None:
                 still.append(b)
         return still
+
+
+def point_mass_rows(tokens: torch.Tensor, target_rows: torch.Tensor, logits: bool) -> torch.Tensor:
+    """The rows of a point-mass draft (``rows=None``): all mass on each draft token.
+
+    ``[*lead, K, V]`` for ``tokens [*lead, K]``: probability rows of 0 with a 1
+    at the token, or logits rows of -inf with a 0 there (which every warping
+    keeps a point mass). Verifying them is the contract's rule at
+    ``q = delta_t`` -- accept ``t`` with probability ``p(t)``, else draw from
+    ``p`` with ``t`` removed -- exactly as ``verify_sampled_ragged`` does with
+    ``draft_probs=None`` (DESIGN.md, "Ragged layout" and "Prompt lookup").
+    """
+    shape = (*tokens.shape, target_rows.shape[-1])
+    fill, mark = (float("-inf"), 0.0) if logits else (0.0, 1.0)
+    rows = torch.full(shape, fill, dtype=target_rows.dtype, device=target_rows.device)
+    return rows.scatter_(-1, tokens.to(rows.device).unsqueeze(-1), mark)
 
 
 @contextlib.contextmanager
@@ -391,11 +459,12 @@ class BatchedSpeculativeDecoder(_DecodeLoop):
     (4, 5, [4, 0, 0, 1])
     """
 
-    def __init__(self, draft_step: BatchedDraftStep, target_step: BatchedTargetStep, k: int = 4,
+    def __init__(self, draft_step: BatchedDraftStep, target_step: BatchedTargetStep, k: int | str = 4,
                  greedy: bool = True, eos_token_id=None, generator: torch.Generator | None = None, *,
-                 warping: LogitsWarping | Mapping | None = None, method: str = "token") -> None:
+                 warping: LogitsWarping | Mapping | None = None, method: str = "token",
+                 k_max: int | None = None) -> None:
         super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
-                         method=method)
+                         method=method, k_max=k_max)
 
     def generate(self, prompts, max_new: int = 128, *, attention_mask=None, on_commit=None) -> list:
         """Decode up to ``max_new`` tokens after each prompt.

@@ -170,28 +170,52 @@ def check_rows(value, where: str, what: str, lead: tuple, expected: str) -> torc
     return value
 
 
-def check_draft_result(result, where: str, lead: tuple, rows_name: str, needs_rows: bool):
-    """``draft_step``'s ``(tokens [*lead], rows [*lead, V] or None)``, checked."""
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
+def check_draft_result(result, where: str, lead: tuple, rows_name: str):
+    """``draft_step``'s result, checked: ``(tokens, rows or None, counts or None)``.
+
+    ``lead`` is the most it may return: ``(k,)`` for one sequence, ``(n, k)``
+    for a batch. A draft may propose fewer tokens (DESIGN.md, "Short drafts"):
+    one sequence's ``tokens`` is ``[m]``, ``m <= k``; a batch's ``[n, m]``,
+    optionally with a third element ``num_tokens [n]`` (each in ``[0, m]``)
+    when its sequences proposed different counts. ``rows`` None is a
+    point-mass draft (greedy never reads rows anyway).
+    """
+    batched = len(lead) == 2
+    arity = "(tokens, rows) or (tokens, rows, num_tokens)" if batched else f"(tokens, {rows_name})"
+    if not isinstance(result, (tuple, list)) or len(result) not in ((2, 3) if batched else (2,)):
         raise TypeError(
-            f"{where} must return a pair (tokens, {rows_name}), got {type(result).__name__}"
+            f"{where} must return {'a pair' if not batched else 'a pair or a triple'} {arity}, "
+            f"got {type(result).__name__}"
             + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
         )
     tokens = as_tokens(result[0], where)
-    if tuple(tokens.shape) != tuple(lead):
-        raise ValueError(f"{where} returned tokens of shape {tuple(tokens.shape)}, expected {tuple(lead)}")
+    k = lead[-1]
+    if tokens.dim() != len(lead) or tuple(tokens.shape[:-1]) != tuple(lead[:-1]) or tokens.shape[-1] > k:
+        most = f"[m] with m <= {k}" if not batched else f"[{lead[0]}, m] with m <= {k}"
+        raise ValueError(f"{where} returned tokens of shape {tuple(tokens.shape)}, expected {most} "
+                         f"(at most k tokens)")
+    counts = _check_counts(result[2], tokens.shape, where) if len(result) == 3 else None
     rows = result[1]
     if rows is None:
-        if needs_rows:
-            k = "k" if len(lead) == 1 else "n, k"
-            drawn = (f"the distribution [{k}, V] each token was sampled from" if rows_name == "probs"
-                     else f"the logits [{k}, V] each token was drawn from (with sample_draft, same warping)")
-            raise ValueError(
-                f"{where} returned {rows_name}=None, but sampled verification (greedy=False) needs {drawn}"
-            )
-        return tokens, None
-    expected = f"{lead[-1]} rows, one per token" if len(lead) == 1 else f"[{lead[0]}, {lead[1]}, V], one row per token"
-    return tokens, check_rows(rows, where, rows_name, lead, expected)
+        return tokens, None, counts
+    got = tuple(tokens.shape)
+    expected = (f"{got[0]} rows, one per token" if not batched
+                else f"[{got[0]}, {got[1]}, V], one row per token")
+    return tokens, check_rows(rows, where, rows_name, got, expected), counts
+
+
+def _check_counts(counts, shape: tuple, where: str) -> torch.Tensor:
+    """A batched draft's ``num_tokens [n]``, each in ``[0, m]``."""
+    counts = as_tokens(counts, where + " (num_tokens)")
+    n, m = shape
+    if tuple(counts.shape) != (n,):
+        raise ValueError(f"{where} returned num_tokens of shape {tuple(counts.shape)}, expected ({n},): one count "
+                         f"per sequence")
+    if n and (int(counts.min()) < 0 or int(counts.max()) > m):
+        bad = int(((counts < 0) | (counts > m)).nonzero()[0, 0])
+        raise ValueError(f"{where} returned num_tokens[{bad}] = {int(counts[bad])}, outside [0, {m}] (the tokens' "
+                         f"width)")
+    return counts
 
 
 def check_draft_ids(tokens: torch.Tensor, budgets: list, vocab: int, where: str):

@@ -72,6 +72,15 @@ class DecodeStats:
         sequence at once (``== rounds`` for one sequence).
     stopped_by_row : list[str]
         Why each sequence stopped, in batch order.
+    auto : bool
+        True for ``k="auto"`` (``k`` is then ``k_max``).
+    k_per_round : list[int]
+        The ``k`` asked of the draft in each batch round (fixed: ``k``, or
+        less near ``max_new``; auto: the cost model's choice; 0 is a plain
+        step). A draft may have proposed fewer (``per_round``).
+    predicted_tokens, predicted_seconds : float
+        ``k="auto"``: the cost model's predicted tokens and seconds, summed
+        over the rounds it predicted (0.0 otherwise).
 
     Every round emits one correction or one bonus token after its accepted
     draft tokens: ``corrections + bonuses == rounds``.
@@ -94,6 +103,10 @@ class DecodeStats:
     batch_size: int = 1
     batch_rounds: int = 0
     stopped_by_row: list = field(default_factory=list)
+    auto: bool = False
+    k_per_round: list = field(default_factory=list)
+    predicted_tokens: float = 0.0
+    predicted_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.histogram:
@@ -107,6 +120,23 @@ class DecodeStats:
         self.accepted += accepted
         self.histogram[accepted] += 1
         self.per_round.append((drafted, accepted))
+
+    def record_choice(self, k_asked: int, predicted) -> None:
+        """Add one batch round's ``k`` and, for ``k="auto"``, its ``(tokens, seconds)`` prediction (or None)."""
+        self.k_per_round.append(k_asked)
+        if predicted is not None:
+            self.predicted_tokens += predicted[0]
+            self.predicted_seconds += predicted[1]
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Measured new tokens per second of the whole ``generate`` call (0.0 before it ends)."""
+        return self.new_tokens / self.total_seconds if self.total_seconds else 0.0
+
+    @property
+    def predicted_tokens_per_second(self) -> float:
+        """``k="auto"``: the cost model's predicted tokens per second over the rounds it predicted (0.0 if none)."""
+        return self.predicted_tokens / self.predicted_seconds if self.predicted_seconds else 0.0
 
     @property
     def corrections(self) -> int:
@@ -149,8 +179,9 @@ class DecodeStats:
         ms = 1e3
         batch = (f"  batch of {self.batch_size} sequences: {self.batch_rounds} batch rounds; figures below "
                  f"are per sequence") if self.batch_size > 1 else None
+        k = f"auto, k_max={self.k}" if self.auto else str(self.k)
         lines = [
-            f"speculative decoding ({self.mode}, k={self.k}): {self.new_tokens} new tokens "
+            f"speculative decoding ({self.mode}, k={k}): {self.new_tokens} new tokens "
             f"in {self.rounds} rounds, {self.tokens_per_round:.2f} tokens/round, "
             f"stopped by {self.stopped_by}",
             f"  drafted {self.drafted}, accepted {self.accepted} "
@@ -162,6 +193,15 @@ class DecodeStats:
             f"{self.target_seconds * ms:.1f} ms, verify {self.verify_seconds * ms:.2f} ms "
             f"({per_round_us:.0f} us/round), total {self.total_seconds * ms:.1f} ms",
         ]
+        if self.auto:
+            chosen = {}
+            for k in self.k_per_round:
+                chosen[k] = chosen.get(k, 0) + 1
+            lines.append(
+                "  k=auto: k chosen " + " ".join(f"{k}:{c}" for k, c in sorted(chosen.items()))
+                + f"; predicted {self.predicted_tokens_per_second:.1f} tokens/s, measured "
+                f"{self.tokens_per_second:.1f} tokens/s"
+            )
         return "\n".join(lines[:1] + ([batch] if batch else []) + lines[1:])
 
     def __str__(self) -> str:

@@ -87,7 +87,7 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
-from .batched_decoder import _DecodeLoop, _round_errors
+from .batched_decoder import _DecodeLoop, _round_errors, point_mass_rows
 from .decode_checks import (
     check_draft_against_target,
     check_draft_ids,
@@ -121,10 +121,15 @@ class SpeculativeDecoder(_DecodeLoop):
         ``draft_step(prefix, k) -> (tokens, rows)``. ``prefix`` is a 1-D int64
         CPU tensor of every token so far (prompt plus output; do not modify
         it). ``tokens`` is ``[k]`` integer (a list of ints is accepted).
-        ``rows`` is ``[k, V]`` float32/16/bf16: probability rows (row ``i`` the
+        ``tokens`` may be shorter than ``k``, even empty (``[m]``, ``m <= k``):
+        the round verifies what it got, and ``m = 0`` is a plain step.
+        ``rows`` is ``[m, V]`` float32/16/bf16: probability rows (row ``i`` the
         warped distribution ``tokens[i]`` was sampled from, unnormalized
         allowed), or, under a warping, the raw logits ``tokens[i]`` was drawn
-        from with ``sample_draft``. ``rows`` may be None in greedy mode.
+        from with ``sample_draft``. ``rows=None`` is a point-mass draft
+        (``PromptLookupDraft``, greedy drafts): sampled verification then
+        accepts ``tokens[i]`` with the target's probability of it and else
+        draws from the target with it removed, exact for any draft.
     target_step : callable
         ``target_step(prefix, proposed) -> rows`` of shape
         ``[len(proposed) + 1, V]``: row ``i`` is the target's distribution
@@ -132,13 +137,17 @@ class SpeculativeDecoder(_DecodeLoop):
         raw logits (under a warping) for the token after
         ``prefix + proposed[:i]``. Logits are fine in greedy mode either way
         (only the argmax is read).
-    k : int, default 4
-        Draft tokens per round, ``>= 1``.
+    k : int or "auto", default 4
+        Draft tokens asked for per round, ``>= 0`` (0: plain decoding through
+        the same loop). ``"auto"``: each round picks ``k`` in ``0 .. k_max``
+        that maximizes the predicted tokens per second, from the target's
+        measured cost per eval size and the draft's recent acceptance
+        (``cost_model.AutoCost``; DESIGN.md, "k = auto").
     greedy : bool, default True
         True: ``verify_greedy`` (the output equals plain greedy decoding with
         the target). False: sampled verification (the output is distributed as
         sampling from the target): ``verify_sampled`` on probability rows,
-        ``verify_logits`` on logits rows; it needs the draft's rows.
+        ``verify_logits`` on logits rows; a draft without rows is a point mass.
     eos_token_id : int or list of int, optional
         Stop after the first emitted token in this set (it is kept). None: stop
         only at ``max_new``.
@@ -156,6 +165,8 @@ class SpeculativeDecoder(_DecodeLoop):
         Sampled verification: token-wise (``verify_sampled`` / ``verify_logits``)
         or block verification (``verify_block`` / ``verify_logits(method="block")``,
         never fewer tokens per round in expectation). Ignored when greedy.
+    k_max : int, optional, keyword only
+        With ``k="auto"``, the most a round drafts (default 8); an error with a fixed ``k``.
 
     Attributes
     ----------
@@ -209,16 +220,17 @@ class SpeculativeDecoder(_DecodeLoop):
         self,
         draft_step: DraftStep,
         target_step: TargetStep,
-        k: int = 4,
+        k: int | str = 4,
         greedy: bool = True,
         eos_token_id=None,
         generator: torch.Generator | None = None,
         *,
         warping: LogitsWarping | Mapping | None = None,
         method: str = "token",
+        k_max: int | None = None,
     ) -> None:
         super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
-                         method=method)
+                         method=method, k_max=k_max)
 
     def generate(self, prompt_ids, max_new: int = 128) -> torch.Tensor:
         """Decode up to ``max_new`` tokens after ``prompt_ids``.
@@ -244,9 +256,9 @@ class SpeculativeDecoder(_DecodeLoop):
 
     # -- the loop's phases for a batch of one ----------------------------------
 
-    def _draft_round(self, prefixes: list, k_round: int, rows: list):
+    def _draft_round(self, prefixes: list, k_round: int, rows: list, budgets: list):
         tokens, draft_rows = self._draft(prefixes[0], k_round)
-        return tokens[None], None if draft_rows is None else draft_rows[None]
+        return tokens[None], None if draft_rows is None else draft_rows[None], [len(tokens)]
 
     def _target_round(self, prefixes: list, draft_tokens: torch.Tensor, rows: list) -> torch.Tensor:
         return self._target(prefixes[0], draft_tokens[0])[None]
@@ -259,13 +271,12 @@ class SpeculativeDecoder(_DecodeLoop):
     # -- phase 1: draft --------------------------------------------------------
 
     def _draft(self, prefix: torch.Tensor, k_round: int):
-        """``k_round`` draft tokens and the rows they were drawn from (None if never read)."""
+        """At most ``k_round`` draft tokens and the rows they were drawn from (None: point masses)."""
         where = f"draft_step(prefix, k={k_round})"
-        tokens, rows = check_draft_result(self.draft_step(prefix, k_round), where, (k_round,), self._rows,
-                                          needs_rows=not self._argmax_only)
+        tokens, rows, _ = check_draft_result(self.draft_step(prefix, k_round), where, (k_round,), self._rows)
         if self._vocab is not None:
             # V is known from round 1: bad ids never reach target_step.
-            check_draft_ids(tokens[None], [k_round], self._vocab, where)
+            check_draft_ids(tokens[None], [len(tokens)], self._vocab, where)
         return tokens, rows
 
     # -- phase 2: target -------------------------------------------------------
@@ -290,11 +301,14 @@ class SpeculativeDecoder(_DecodeLoop):
         with _round_errors(self.stats.batch_rounds, self._rows):
             if self._argmax_only:
                 return verify_greedy(target_rows, draft_tokens)
+            if draft_rows is None and k_round:
+                draft_rows = point_mass_rows(draft_tokens, target_rows, logits=self.warping is not None)
             target_rows, draft_rows = same_dtype(target_rows, draft_rows)
+            uniforms = self._uniforms((k_round + 1,))
             if self.warping is None:
                 verify = verify_block if self.method == "block" else verify_sampled
-                return verify(target_rows, draft_rows, draft_tokens, generator=self.generator)
-            return verify_logits(target_rows, draft_rows, draft_tokens, generator=self.generator,
+                return verify(target_rows, draft_rows, draft_tokens, uniforms=uniforms)
+            return verify_logits(target_rows, draft_rows, draft_tokens, uniforms=uniforms,
                                  method=self.method, **self.warping.kwargs())
 
     # -- convenience -------------------------------------------------------------

@@ -1,0 +1,168 @@
+"""``k="auto"``: how many tokens to draft this round, from measured costs and the law.
+
+Speculation pays only where a target eval of ``k+1`` positions costs less
+than the ``E[tokens]`` one-token evals it replaces. On a CPU that is often
+false: llama.cpp computes its LM head row by row, so an eval of 5 positions of
+Gemma 3 270M costs ~5x a one-token eval, while transformers' forward of the
+same model costs ~1.7x. ``AutoCost`` measures that curve while decoding and,
+each round, picks the ``k`` in ``{0 .. k_max}`` that maximizes the predicted
+tokens per second (DESIGN.md, "k = auto"):
+
+    rate(k) = E[tokens | alpha_hat, k] / (k * c_draft + c_target(k+1) + c_other)
+
+* ``E[tokens | alpha, k] = 1 + sum_{j=1..k} prod_{i<j} alpha_i`` is the
+  package's own law (``law.expected_accepted``) over the estimated
+  per-position acceptance, summed over the batch's sequences;
+* ``c_target(n)`` is the median of the latest measured target evals of ``n``
+  positions (per batch size): robust to a noisy machine's outliers. An ``n``
+  never measured is allowed only one past the longest measured (exploration
+  one step at a time), priced optimistically at the longest measured cost;
+  a gap below it is interpolated. A run with nothing measured starts with a
+  plain step (``k = 0``), which measures ``c_target(1)``;
+* ``c_draft`` is the median draft time per proposed token (~0 for prompt
+  lookup), ``c_other`` the median of the rest of a round (verify, commit);
+* ``alpha_hat_i`` is each sequence's own acceptance at position ``i``,
+  exponentially forgotten (``decay`` per round): prompt-lookup matches come
+  in bursts, so a global average would speculate in a stretch of prose
+  because of the quote before it. Forgotten evidence returns to the prior
+  (position ``i-1``'s estimate; 0.5 at position 0), so a draft that failed a
+  while ago is tried again where the costs allow.
+
+``k = 0`` is a plain decoding step (the draft is not called). Exactness: the
+choice depends only on what happened before the round (timings, earlier
+outcomes), never on the round's own uniforms, so every round is a valid
+speculative round and the output law is the target's (DESIGN.md, "k = auto").
+
+Only the Python standard library and torch are imported here.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+
+import torch
+
+from .law import expected_accepted
+
+__all__ = ["AutoCost"]
+
+_PRIOR_ALPHA = 0.5  # acceptance assumed at position 0 before any evidence
+_PRIOR_WEIGHT = 1.0  # its weight, in rounds' worth of evidence
+
+
+class AutoCost:
+    """The cost curve and acceptance estimates behind ``k="auto"``.
+
+    Parameters
+    ----------
+    k_max : int
+        Largest ``k`` ever chosen.
+    window : int, default 9
+        Samples kept per measured cost (their median is the estimate).
+    decay : float, default 0.85
+        Per-round forgetting factor of each sequence's acceptance evidence, in ``(0, 1]``.
+
+    Notes
+    -----
+    One ``AutoCost`` lives as long as its decoder: the cost curve is the
+    engine's and carries over between ``generate`` calls; the acceptance
+    estimates are the sequences' and start afresh with each call
+    (``new_run``).
+    """
+
+    def __init__(self, k_max: int, window: int = 9, decay: float = 0.85) -> None:
+        self.k_max = k_max
+        self.window = window
+        self.decay = decay
+        # (batch size, positions) -> recent target eval seconds
+        self._target: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._other: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._evidence: dict = {}  # sequence -> ([accepted at i], [judged at i]), decayed
+
+    # -- measurements ------------------------------------------------------------
+
+    def new_run(self) -> None:
+        """Forget the sequences' acceptance (new prompts); keep the cost curve."""
+        self._evidence = {}
+
+    def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list) -> None:
+        """One round: its timings and each sequence's ``(sequence, drafted, accepted)``.
+
+        ``seconds`` is ``(draft, target, rest)``; ``drafted`` the width the
+        target evaluated (``drafted + 1`` positions).
+        """
+        draft_s, target_s, rest_s = seconds
+        self._target[(batch, drafted + 1)].append(target_s)
+        if k_asked:
+            self._draft_per_token[batch].append(draft_s / k_asked)
+        self._other[batch].append(rest_s)
+        for seq, n_drafted, n_accepted in outcomes:
+            accepted, judged = self._evidence.setdefault(seq, ([0.0] * self.k_max, [0.0] * self.k_max))
+            for i in range(self.k_max):
+                accepted[i] *= self.decay
+                judged[i] *= self.decay
+            # Position i was judged if it was drafted and every earlier one accepted.
+            for i in range(min(n_drafted, n_accepted + 1, self.k_max)):
+                judged[i] += 1.0
+                accepted[i] += float(i < n_accepted)
+
+    # -- estimates ---------------------------------------------------------------
+
+    def alpha(self, seq) -> list:
+        """The estimated acceptance of ``seq`` at positions ``0 .. k_max-1``."""
+        accepted, judged = self._evidence.get(seq, ([0.0] * self.k_max, [0.0] * self.k_max))
+        out, prior = [], _PRIOR_ALPHA
+        for a, j in zip(accepted, judged):
+            prior = (a + _PRIOR_WEIGHT * prior) / (j + _PRIOR_WEIGHT)
+            out.append(prior)
+        return out
+
+    def target_cost(self, batch: int, positions: int):
+        """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet)."""
+        measured = {n: statistics.median(s) for (b, n), s in self._target.items() if b == batch and s}
+        if positions in measured:
+            return measured[positions]
+        if not measured:
+            return None
+        longest = max(measured)
+        if positions == longest + 1:
+            return measured[longest]  # optimistic: a longer eval costs at least this much
+        below = [n for n in measured if n < positions]
+        above = [n for n in measured if n > positions]
+        if not below or not above:
+            return None
+        lo, hi = max(below), min(above)
+        return measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
+
+    def choose(self, seqs: list, caps: list) -> tuple:
+        """``(k, (predicted tokens, predicted seconds))`` for a round over ``seqs``, each drafting at most ``caps[b]``.
+
+        The prediction is None for a round chosen with nothing measured (a plain step).
+        """
+        batch = len(seqs)
+        draft = self._draft_per_token.get(batch)
+        c_draft = statistics.median(draft) if draft else 0.0
+        other = self._other.get(batch)
+        c_other = statistics.median(other) if other else 0.0
+        # E[tokens | k] for every k at once: row k of the law's input is alpha with
+        # positions >= min(k, cap) zeroed, so the law's later terms vanish.
+        ks = torch.arange(self.k_max + 1).view(-1, 1)
+        positions = torch.arange(self.k_max).view(1, -1)
+        tokens = torch.zeros(self.k_max + 1, dtype=torch.float64)
+        for s, cap in zip(seqs, caps):
+            alpha = torch.tensor(self.alpha(s), dtype=torch.float64).view(1, -1)
+            tokens += 1.0 + expected_accepted(torch.where(positions < ks.clamp(max=cap), alpha, 0.0))
+        best = None  # (rate, k, tokens, seconds)
+        for k in range(min(self.k_max, max(caps)) + 1):
+            cost = self.target_cost(batch, k + 1)
+            if cost is None:
+                if k == 0:
+                    return 0, None  # nothing measured for this batch: a plain step measures c(1)
+                continue
+            seconds = max(k * c_draft + cost + c_other, 1e-12)
+            rate = float(tokens[k]) / seconds
+            if best is None or rate > best[0]:
+                best = (rate, k, float(tokens[k]), seconds)
+        return best[1], (best[2], best[3])

@@ -1,0 +1,178 @@
+"""``PromptLookupDraft``: a draft that costs nothing, read from the prefix itself.
+
+Prompt lookup (Saxena 2023; transformers' ``prompt_lookup_num_tokens``,
+llama.cpp's ``ngram-simple``) proposes, as the next tokens, the ones that
+followed an earlier occurrence of the current n-gram -- the last ``n`` tokens
+of prompt + output. On input-grounded work (quoting a passage, editing code)
+the output repeats long runs of the input, and those runs are proposed whole.
+
+Rules (DESIGN.md, "Prompt lookup"):
+
+* n-gram sizes are tried from ``max_ngram`` down to ``min_ngram``; the first
+  size with a match wins;
+* the match is the **latest** earlier occurrence (the one closest to the end,
+  other than the suffix itself): recent text predicts the next tokens better
+  than the prompt's first mention (llama.cpp's choice; transformers takes the
+  earliest);
+* the proposal is the up-to-``k`` tokens after the match, cut at the end of the
+  prefix (so a repeating pattern proposes its own continuation); fewer than
+  ``k`` tokens, or none when nothing matches: the decoder verifies what it gets,
+  and a round with no proposal is a plain decoding step.
+
+The rows are ``None``: a point-mass draft (DESIGN.md, glossary). Greedy
+verification reads only target argmaxes; sampled verification reads ``None``
+as a point mass on each proposed token (accept ``t`` with probability
+``p(t)``, else draw from ``p`` with ``t`` removed), which is exact for any
+proposal that depends only on the prefix.
+
+Only the Python standard library and torch are imported here: this module is
+part of the kernel package that ``kernels`` loads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .decode_checks import check_int
+
+__all__ = ["PromptLookupDraft"]
+
+
+# ----------------------------------------------------------------------------
+# The lookup
+# ----------------------------------------------------------------------------
+
+
+def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> torch.Tensor:
+    """Up to ``k`` tokens after the latest earlier occurrence of the longest matching suffix n-gram."""
+    length = prefix.shape[0]
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        suffix = prefix[length - n:]
+        # windows[s] = prefix[s : s + n] for s in [0, length - n): every start but the suffix's own.
+        windows = prefix[: length - 1].unfold(0, n, 1)
+        hits = (windows == suffix).all(dim=1).nonzero()
+        if len(hits):
+            start = int(hits[-1, 0]) + n  # the latest occurrence; its continuation starts here
+            return prefix[start: start + k].clone()
+    return prefix.new_empty(0)
+
+
+# ----------------------------------------------------------------------------
+# The draft
+# ----------------------------------------------------------------------------
+
+
+class PromptLookupDraft:
+    """A ``draft_step`` that proposes what followed the current n-gram earlier in the prefix.
+
+    Parameters
+    ----------
+    max_ngram : int, default 3
+        Longest n-gram matched, ``>= min_ngram``.
+    min_ngram : int, default 1
+        Shortest n-gram matched, ``>= 1``.
+
+    Attributes
+    ----------
+    calls, proposed, empty : int
+        Calls answered, tokens proposed in all, and calls that proposed nothing.
+
+    See Also
+    --------
+    SpeculativeDecoder : takes ``PromptLookupDraft()`` as its ``draft_step``;
+        with ``k="auto"`` it speculates only where the measured costs say it pays.
+    BatchedSpeculativeDecoder : takes ``PromptLookupDraft().batched``.
+
+    Notes
+    -----
+    A call searches the whole prefix (``O(len(prefix) * max_ngram)`` in a few
+    vectorized torch ops, tens of microseconds for thousands of tokens): it
+    keeps no state between calls, so rollback, prompts and batches need no
+    bookkeeping. Proposals never depend on the verifier's uniforms, which is
+    what keeps sampled decoding exact (DESIGN.md, "Prompt lookup").
+
+    Examples
+    --------
+    >>> import torch
+    >>> draft = PromptLookupDraft(max_ngram=2)
+    >>> tokens, rows = draft(torch.tensor([5, 6, 7, 8, 9, 5, 6]), 3)   # "5 6" was followed by 7 8 9
+    >>> tokens.tolist(), rows
+    ([7, 8, 9], None)
+    >>> draft(torch.tensor([1, 2, 3]), 3)[0].tolist()                  # no earlier occurrence
+    []
+    """
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        self.min_ngram = check_int("min_ngram", min_ngram, 1)
+        self.max_ngram = check_int("max_ngram", max_ngram, 1)
+        if self.max_ngram < self.min_ngram:
+            raise ValueError(f"max_ngram must be >= min_ngram, got max_ngram={max_ngram} < min_ngram={min_ngram}")
+        self.calls = self.proposed = self.empty = 0
+
+    def __call__(self, prefix: torch.Tensor, k: int):
+        """``(tokens [m], None)`` with ``m <= k``: the single-sequence ``draft_step``.
+
+        Parameters
+        ----------
+        prefix : torch.Tensor
+            ``[L]`` integer token ids, prompt plus output (read, never modified).
+        k : int
+            Most tokens to propose, ``>= 0``.
+
+        Returns
+        -------
+        tuple[torch.Tensor, None]
+            ``[m]`` int64 proposed tokens (``m = 0`` when nothing matches) and
+            ``None``: point-mass rows.
+        """
+        k = check_int("k", k, 0)
+        prefix = _as_prefix(prefix, "prefix")
+        tokens = _lookup(prefix, k, self.max_ngram, self.min_ngram) if k else prefix.new_empty(0)
+        self.calls += 1
+        self.proposed += len(tokens)
+        self.empty += int(len(tokens) == 0)
+        return tokens, None
+
+    def batched(self, prefixes: list, k: int, rows=None):
+        """``(tokens [n, m], None, num_tokens [n])``: the batched ``draft_step``.
+
+        Parameters
+        ----------
+        prefixes : list of torch.Tensor
+            ``n`` 1-D integer prefixes.
+        k : int
+            Most tokens to propose per sequence, ``>= 0``.
+        rows : list of int, optional
+            The sequences' batch indices (``BatchedSpeculativeDecoder`` passes
+            them); unused: a lookup needs only the prefix.
+
+        Returns
+        -------
+        tuple[torch.Tensor, None, torch.Tensor]
+            ``[n, m]`` int64 proposals, ``m`` the longest, padded with 0 past
+            each sequence's own count (never read); ``None``; and
+            ``num_tokens [n]`` int64, each sequence's count.
+        """
+        if not isinstance(prefixes, (list, tuple)):
+            raise TypeError(f"prefixes must be a list of 1-D tensors, got {type(prefixes).__name__}")
+        found = [self(_as_prefix(p, f"prefixes[{b}]"), k)[0] for b, p in enumerate(prefixes)]
+        counts = torch.tensor([len(t) for t in found], dtype=torch.int64)
+        width = int(counts.max()) if len(found) else 0
+        tokens = torch.zeros((len(found), width), dtype=torch.int64)
+        for b, t in enumerate(found):
+            tokens[b, : len(t)] = t
+        return tokens, None, counts
+
+    def __repr__(self) -> str:
+        return f"PromptLookupDraft(max_ngram={self.max_ngram}, min_ngram={self.min_ngram})"
+
+
+def _as_prefix(prefix, name: str) -> torch.Tensor:
+    """A 1-D int64 CPU view of ``prefix``, or a named error."""
+    if not isinstance(prefix, torch.Tensor):
+        raise TypeError(f"{name} must be a 1-D integer tensor, got {type(prefix).__name__}")
+    if prefix.dtype.is_floating_point or prefix.dtype.is_complex or prefix.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {prefix.dtype}")
+    if prefix.dim() != 1:
+        raise ValueError(f"{name} must be 1-D [L], got shape {tuple(prefix.shape)}")
+    return prefix.to(device="cpu", dtype=torch.int64)
