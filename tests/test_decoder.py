@@ -812,10 +812,13 @@ def test_hf_sampled_at_temperature_0_is_greedy(sv, hf_pair):
 
 
 @pytest.mark.transformers
-def test_hf_sliding_window_cache_falls_back_to_rebuilding(sv):
+def test_hf_sliding_window_cache_rolls_back_or_falls_back_to_rebuilding(sv, monkeypatch):
     pytest.importorskip("transformers")  # absent in the aarch64 emulated run
-    # transformers' sliding-window layers refuse to crop once past their
-    # window; the adapter must then rebuild the cache, and stay exact.
+    # transformers 5's sliding-window layers, past their window, crop back
+    # only when they record their past: the adapter turns that on and rolls
+    # back without a rebuild (tests/test_sliding_window.py: Gemma 3, O(k)).
+    # Without it (as in transformers 4.x) they refuse to crop, and the
+    # adapter must rebuild the cache, and stay exact.
     from transformers import MistralConfig, MistralForCausalLM
 
     def mistral(layers, seed):
@@ -833,11 +836,18 @@ def test_hf_sliding_window_cache_falls_back_to_rebuilding(sv):
         target.model.layers[1].mlp.down_proj.weight.mul_(0.3)
     draft.load_state_dict({name: target.state_dict()[name].clone() for name in draft.state_dict()})
     prompt = [5, 17, 3, 9, 9, 1, 2, 3]
-    draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
-    decoder = sv.SpeculativeDecoder(draft_step, target_step, k=3)
-    out = decoder.generate(torch.tensor(prompt), max_new=20)
-    assert out.tolist() == _target_greedy(target, prompt, 20)
-    assert target_step.__self__.cache_rebuilds > 0  # the fallback really ran
+    for recorded in (True, False):
+        if not recorded:
+            monkeypatch.setattr(sv.hf_adapter, "record_past", lambda cache: False)
+        draft_step, target_step = sv.hf_step_pair(draft, target, temperature=0)
+        decoder = sv.SpeculativeDecoder(draft_step, target_step, k=3)
+        out = decoder.generate(torch.tensor(prompt), max_new=20)
+        assert out.tolist() == _target_greedy(target, prompt, 20)
+        assert 0 < decoder.stats.accepted < decoder.stats.drafted
+        if recorded:
+            assert target_step.__self__.cache_rebuilds == 0
+        else:
+            assert target_step.__self__.cache_rebuilds > 0  # the fallback really ran
 
 
 @pytest.mark.transformers

@@ -46,6 +46,8 @@ agree.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .decode_warping import LogitsWarping
@@ -75,10 +77,12 @@ def model_device(model) -> torch.device:
 def crop_cache(cache, held: int, keep: int) -> bool:
     """Crop a model's cache from the ``held`` positions it should hold to its first ``keep``; False if it could not.
 
-    False for a cache without ``crop`` (legacy tuples, some sliding windows),
-    one whose ``crop`` raises (recurrent states, a sliding window past its
-    size), or one that does not then hold ``keep`` positions (a sliding
-    window that already dropped some): the caller rebuilds. ``crop`` gets a
+    False for a cache without ``crop`` (legacy tuples), one whose ``crop``
+    raises (recurrent states, a sliding window past its size that does not
+    record its past), or one that does not then hold ``keep`` positions, or
+    whose sliding-window layers do not then hold the last
+    ``min(keep, window - 1)`` of them (a window that had already dropped
+    positions the crop now needs): the caller rebuilds. ``crop`` gets a
     negative count, which means "remove that many" in transformers 4.x and
     5.x alike (a positive value is an absolute length in 4.x and an error in
     5.x).
@@ -91,7 +95,65 @@ def crop_cache(cache, held: int, keep: int) -> bool:
     except (RuntimeError, ValueError, NotImplementedError):
         return False
     get_len = getattr(cache, "get_seq_length", None)
-    return not callable(get_len) or int(get_len()) == keep
+    if callable(get_len) and int(get_len()) != keep:
+        return False
+    return sliding_layers_hold(cache, keep)
+
+
+def model_sliding_window(model) -> int | None:
+    """The model's attention window, ``model.config.sliding_window`` when an int > 0 (Mistral, Gemma 2/3, ...), else None."""
+    window = getattr(getattr(model, "config", None), "sliding_window", None)
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
+def sliding_layers(cache) -> list:
+    """The cache's sliding-window layers (transformers 5's ``DynamicSlidingWindowLayer`` and kin), else []."""
+    return [layer for layer in getattr(cache, "layers", None) or ()
+            if getattr(layer, "is_sliding", False) is True and isinstance(getattr(layer, "sliding_window", None), int)]
+
+
+def sliding_layers_hold(cache, keep: int) -> bool:
+    """Whether every sliding-window layer holds the last ``min(keep, window - 1)`` positions of ``keep``.
+
+    What its next forward reads (transformers keeps ``window - 1`` past
+    positions, the query being the window's last). A layer that is short
+    dropped positions before a crop reached back to them: wrong keys, which
+    its own length counter would not show.
+    """
+    for layer in sliding_layers(cache):
+        keys = getattr(layer, "keys", None)
+        if getattr(layer, "is_initialized", True) and isinstance(keys, torch.Tensor) and keys.dim() >= 2:
+            if keys.shape[-2] != min(keep, layer.sliding_window - 1):
+                return False
+    return True
+
+
+def record_past(cache) -> bool:
+    """Make a cache's sliding-window layers keep what they would drop until the next ``crop``; whether it could.
+
+    transformers 5's ``activate_past_recording`` (what its own assisted
+    generation calls): a layer past its window then holds ``window - 1 + n``
+    positions after a forward of ``n``, and ``crop(-m)`` for ``m <= n``
+    removes the last ``m`` and drops the rest beyond ``window - 1``, exactly.
+    So a speculative round rolls back its rejected tokens without a rebuild,
+    and the window stays bounded by ``window - 1 + k + 1`` positions.
+    """
+    activate = getattr(cache, "activate_past_recording", None)
+    if not callable(activate):
+        return False
+    activate()
+    return True
+
+
+def trim_recorded(cache) -> None:
+    """Drop what recording sliding layers hold beyond ``window - 1`` (their ``crop(0)``), keeping them bounded.
+
+    Only on layers that record (``record_past``): their ``crop(0)`` trims; a
+    4.x cache's ``crop(0)`` would empty it, so the whole cache's is never called.
+    """
+    for layer in sliding_layers(cache):
+        if getattr(layer, "record_past", False) is True:
+            layer.crop(0)
 
 
 def _common_prefix_length(cached: torch.Tensor, seq: torch.Tensor) -> int:
@@ -139,9 +201,9 @@ class HFCausalLMStep:
     cache_rebuilds : int
         Times the cache had to be dropped and rebuilt from scratch: a cache
         without ``crop``, one whose ``crop`` raised (recurrent layers, a
-        sliding window past its size), or one whose ``crop`` did not reach the
-        asked length. Correct, but the prefix is run again; 0 for ordinary
-        attention caches.
+        4.x sliding window past its size), or one whose ``crop`` did not reach
+        the asked length. Correct, but the prefix is run again; 0 for ordinary
+        attention caches and for transformers 5's sliding-window layers.
 
     Notes
     -----
@@ -159,10 +221,21 @@ class HFCausalLMStep:
     The model's device is looked up once, at construction and on ``reset()``:
     call ``reset()`` after moving the model.
 
+    Sliding-window layers (Gemma 2/3, Mistral; transformers 5) roll back
+    exactly without a rebuild: the adapter turns on the cache's past
+    recording after its first forward (``record_past``), so a layer past its
+    window holds ``window - 1`` positions plus those fed since the last crop,
+    and a round's crop removes its rejected tokens and trims the rest. A
+    fresh cache whose first feed reaches the window (a long prompt) is fed in
+    two forwards, all but the rows asked for, then those, so that the
+    target's proposals in the first round can be cropped too. A crop that
+    would reach back past what a window holds (a caller going back into an
+    older prefix) is detected (``sliding_layers_hold``) and rebuilds.
+
     Limits: batch size 1, no attention mask (no padding), and the model in
     ``eval()`` mode (dropout would make the target's rows random). Caches that
-    cannot roll back -- transformers' sliding-window layers once past their
-    window, recurrent (Mamba-style) layers, legacy tuple caches -- stay
+    cannot roll back -- sliding-window layers of transformers 4.x once past
+    their window, recurrent (Mamba-style) layers, legacy tuple caches -- stay
     correct through the rebuild fallback, but then re-run the prefix on each
     rejection (see ``cache_rebuilds``).
 
@@ -204,6 +277,8 @@ class HFCausalLMStep:
         self._device = self._model_device()
         self._cache = None
         self._cached = torch.empty(0, dtype=torch.int64)  # tokens the cache holds
+        self._window = model_sliding_window(self.model)
+        self._keeps_logits = _takes_argument(self.model, "logits_to_keep")
         self.forward_calls = 0
         self.tokens_fed = 0
         self.cache_rebuilds = 0
@@ -265,14 +340,23 @@ class HFCausalLMStep:
         # the cache keeps is a prefix of seq, so feeding the rest holds seq.
         return self._feed(seq[len(self._cached) :], rows)
 
-    def _feed(self, new_tokens: torch.Tensor, rows: int) -> torch.Tensor:
+    def _feed(self, new_tokens: torch.Tensor, rows: int, split: bool = True) -> torch.Tensor:
         """Run ``new_tokens`` on top of the cache; float32 CPU logits of the last ``rows``."""
+        if split and self._cache is None and self._window is not None and len(new_tokens) >= self._window > 1 \
+                and len(new_tokens) > rows:
+            # A fresh cache past a sliding window: the model makes it and drops
+            # beyond the window at once. Feed all but the last `rows` first,
+            # then record the past, so that the rows asked about (a target's
+            # proposals) can be cropped back exactly.
+            self._feed(new_tokens[:-rows], rows=1, split=False)
+            new_tokens = new_tokens[-rows:]
         self.forward_calls += 1
         self.tokens_fed += len(new_tokens)
+        kwargs = dict(logits_to_keep=rows) if self._keeps_logits else {}
         try:
             with torch.no_grad():
                 out = self.model(
-                    new_tokens.view(1, -1).to(self._device), past_key_values=self._cache, use_cache=True
+                    new_tokens.view(1, -1).to(self._device), past_key_values=self._cache, use_cache=True, **kwargs
                 )
         except BaseException:
             # A forward that raised part-way (Ctrl-C, out of memory, a fault in
@@ -280,6 +364,10 @@ class HFCausalLMStep:
             # our record has not moved. Roll the cache back to the record.
             self._restore_after_failed_forward()
             raise
+        if self._cache is None:
+            # The model's own cache, made in its first forward: its sliding
+            # layers keep their past until cropped (see record_past).
+            record_past(out.past_key_values)
         self._cache = out.past_key_values
         self._cached = torch.cat([self._cached, new_tokens])
         return out.logits[0, -rows:].detach().to(device="cpu", dtype=torch.float32)
@@ -291,6 +379,9 @@ class HFCausalLMStep:
         """Crop the cache to its first ``keep`` tokens."""
         held = len(self._cached)
         if keep >= held:
+            # Nothing rejected: recording sliding layers still drop what no
+            # crop can reach back to now (the caller's prefix is committed).
+            trim_recorded(self._cache)
             return
         if keep == 0 or self._cache is None:
             self._drop_cache()
@@ -329,6 +420,14 @@ class HFCausalLMStep:
         self._cache = None
         self._cached = torch.empty(0, dtype=torch.int64)
         self.cache_rebuilds += int(rebuild)
+
+
+def _takes_argument(model, name: str) -> bool:
+    """Whether ``model``'s forward declares the keyword ``name``."""
+    try:
+        return name in inspect.signature(getattr(model, "forward", model)).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None):
