@@ -86,6 +86,21 @@ $(REAL_MODELS) &: tools/real_models.txt tools/real_models.py | $(STAMP)
 	$(PY) -m tools.real_models
 	touch $(REAL_MODELS)
 
+# Issue 23's figures side by side in one run (benchmarks/bench_spec.py): llama.cpp
+# (the venv's wheel) and transformers x Gemma 3 270M, SmolLM2-135M, the shipped
+# pair and the padded weight-bound target (integrations/llama_cpp/padded_target.py,
+# ~830 MB under .cache/padded/); prompt lookup and the shipped draft; plain, k = 0..8,
+# k = auto; the engines' own prompt lookup beside them. JSON into out/. Long (~1 h on
+# 2 shared cores); a subset: make bench-real BENCH_ARGS="--engine llama_cpp --model
+# gemma --prompts grounded --ks 1,2,4 --max-new 32"; --invariance: llama.cpp's
+# batched vs one-token logits and every difference from plain greedy.
+PADDED_GGUF := .cache/padded/gguf/target.gguf
+$(PADDED_GGUF): models/target/model.safetensors integrations/llama_cpp/padded_target.py | $(LLAMA_STAMP)
+	$(PY) -m integrations.llama_cpp.padded_target
+.PHONY: bench-real
+bench-real: build gguf real-models $(PADDED_GGUF) ## prompt lookup and k=auto on real models, llama.cpp and transformers side by side, with the peers (long; BENCH_ARGS= for a subset)
+	$(PY) -m benchmarks.bench_spec $(BENCH_ARGS)
+
 clean: ## remove build/, out/ and .pytest_cache (venvs and .cache/ stay)
 	rm -rf build out .pytest_cache
 

@@ -1,0 +1,431 @@
+"""Prompt lookup and cost-aware k on real models, two engines, side by side in one run (issue 23).
+
+    make bench-real                                    # everything (long: see --help for subsets)
+    python -m benchmarks.bench_spec --engine llama_cpp --model gemma --prompts grounded --ks 1,2,4 --max-new 48
+    python -m benchmarks.bench_spec --invariance       # llama.cpp's batched vs one-token logits, and what it does to greedy
+
+Cells: engine (llama.cpp: the venv's llama-cpp-python wheel; transformers:
+the GGUF dequantized to float32, or the shipped safetensors) x model (Gemma 3
+270M, SmolLM2-135M-Instruct, the shipped pair, the padded weight-bound
+stand-in) x prompts (input-grounded, open-ended) x mode (greedy, T = 0.8).
+Rows per cell, all on the same files, prompts, token ids and one thread:
+
+* ``plain loop``: one eval of one token per new token on the same adapter
+  the decoder drives: the baseline every ``x plain`` is taken against;
+* ``lookup k=0``: the same through ``SpeculativeDecoder`` (plain decoding
+  through the loop: its overhead);
+* ``lookup k=K`` (``sv.PromptLookupDraft()``), ``lookup k=auto``;
+* ``draft k=K`` / ``draft k=auto``: the shipped draft model, where its
+  vocabulary matches (the shipped pair and the padded target);
+* peers: the engine's own plain loop (``Llama.generate``; ``generate()``) and
+  its own prompt lookup (llama-cpp-python's ``LlamaPromptLookupDecoding``;
+  transformers' ``prompt_lookup_num_tokens``) at N = ``--peer-n``.
+
+Timing covers decoding only (each row's prefill runs before its clock
+starts). ``tok/s`` is by process CPU time (one thread: a wait for a core is
+not counted; a shared cache's slowdown is), ``x plain`` its ratio to the plain
+loop in the same pass, ``x wall`` the same by wall time; medians over
+``--repeats`` passes, the prompts of a pass interleaved row by row so drifting
+load falls on every row alike. ``pred x`` is what the engine's measured
+eval-cost curve predicts from the round's measured proposals and
+acceptances: ``new tokens / sum over rounds of (c(m+1) + m c_draft(1)) / c(1)``
+(``E[tokens/round] / (c(k+1)/c(1))`` for a fixed ``k`` that always proposes
+``k``), i.e. the speed-up with the loop's own Python left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+
+import torch
+
+from . import bench_prompts
+from .spec_engines import HFEngine, LlamaEngine, missing, model_specs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TEMPERATURE = 0.8
+ENGINES = ("llama_cpp", "transformers")
+MODELS = ("gemma", "smollm2", "shipped", "padded")
+COST_SIZES = range(1, 10)
+
+
+# ----------------------------------------------------------------------------
+# The machine
+# ----------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    """CPU model, L3, cores, load average and date: printed beside every figure."""
+    info = {}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("Model name", "L3 cache", "CPU(s)", "Flags"):
+                info[key.strip()] = value.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    flags = info.pop("Flags", "").split()
+    info["isa"] = " ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile") if f in flags)
+    info["load"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    info["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    info["python"] = platform.python_version()
+    info["torch"] = torch.__version__
+    return info
+
+
+def _versions() -> dict:
+    out = {}
+    for mod in ("llama_cpp", "transformers"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            out[mod] = None
+    return out
+
+
+# ----------------------------------------------------------------------------
+# One cell: an engine x model x prompt kind x mode
+# ----------------------------------------------------------------------------
+
+
+def _row_specs(engine, ks, has_draft: bool, peer_n) -> list:
+    """``(name, kind, k)`` in table order; kind is plain | lookup | draft | peers."""
+    auto = hasattr(engine.sv, "PromptLookupDraft")
+    rows = [("plain loop", "plain", None), ("lookup k=0", "lookup", 0)]
+    rows += [(f"lookup k={k}", "lookup", k) for k in ks]
+    rows.append(("lookup k=auto", "lookup", "auto"))
+    if has_draft:
+        rows += [(f"draft k={k}", "draft", k) for k in ks]
+        rows.append(("draft k=auto", "draft", "auto"))
+    rows.append(("peers", "peers", None))
+    return rows if auto else [r for r in rows if r[1] != "lookup"]
+
+
+def _decoder(sv, draft_step, target_step, k, temperature, generator, warping=None):
+    kw = dict(greedy=temperature == 0, generator=generator)
+    if warping is not None and temperature > 0:  # a point-mass draft carries no warping: the target's is the run's
+        kw["warping"] = warping
+    if k == "auto":
+        kw["k_max"] = 8
+    return sv.SpeculativeDecoder(draft_step, target_step, k=k, **kw)
+
+
+def _run_ours(engine, kind, k, prompt, max_new, temperature, seed):
+    """One decode of ``prompt``: figures for the row (cpu, wall, tokens, per_round, ...)."""
+    sv = engine.sv
+    target = engine.target(temperature)
+    g_verify = torch.Generator().manual_seed(seed)
+    if kind == "lookup":
+        draft_step = sv.PromptLookupDraft()
+        draft = None
+    else:
+        draft = engine.draft(temperature, torch.Generator().manual_seed(seed + 1))
+        draft_step = draft.draft_step
+    dec = _decoder(sv, draft_step, target.target_step, k, temperature, g_verify,
+                   warping=target.warping if draft is None else None)
+    engine.prefill(target, prompt)
+    if draft is not None:
+        engine.prefill(draft, prompt)
+    from .spec_engines import _timed
+
+    cpu, wall, out = _timed(lambda: dec.generate(torch.tensor(prompt), max_new))
+    st = dec.stats
+    fig = dict(cpu=cpu, wall=wall, tokens=st.new_tokens, new=out.tolist()[len(prompt):],
+               rounds=st.rounds, drafted=st.drafted, accepted=st.accepted, per_round=list(st.per_round))
+    for name in ("k_per_round",):
+        if hasattr(st, name):
+            fig[name] = list(getattr(st, name))
+    for name in ("predicted_tokens_per_second", "tokens_per_second"):
+        v = getattr(st, name, None)
+        if v is not None:
+            fig[name] = float(v)
+    return fig
+
+
+def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=False) -> dict:
+    """Every row on every prompt, ``repeats`` passes; per row the medians over passes."""
+    prompts = [engine.tokenize(t, chat) for t in texts]
+    specs = _row_specs(engine, ks, engine.spec.has_draft, peer_n)
+    passes = []  # per pass: {row name: summed figures}
+    for p in range(repeats):
+        acc = {}
+        for i, prompt in enumerate(prompts):
+            seed = 1000 * p + i
+            for name, kind, k in specs:
+                if kind == "plain":
+                    cpu, wall, new = engine.plain(prompt, max_new, temperature, torch.Generator().manual_seed(seed))
+                    figs = {name: dict(cpu=cpu, wall=wall, tokens=len(new), new=new)}
+                elif kind == "peers":
+                    figs = {n: dict(cpu=c, wall=w, tokens=t, new=new)
+                            for n, (c, w, t, new) in engine.peers(prompt, max_new, temperature, seed, peer_n).items()}
+                else:
+                    figs = {name: _run_ours(engine, kind, k, prompt, max_new, temperature, seed)}
+                for n, f in figs.items():
+                    a = acc.setdefault(n, dict(cpu=0.0, wall=0.0, tokens=0, rounds=0, drafted=0, accepted=0,
+                                               per_round=[], k_per_round=[], outputs=[], predicted=[]))
+                    for key in ("cpu", "wall", "tokens", "rounds", "drafted", "accepted"):
+                        a[key] += f.get(key, 0)
+                    a["per_round"] += f.get("per_round", [])
+                    a["k_per_round"] += f.get("k_per_round", [])
+                    a["outputs"].append(f["new"])
+                    if "predicted_tokens_per_second" in f:
+                        a["predicted"].append(f["predicted_tokens_per_second"])
+        passes.append(acc)
+    return dict(prompts=texts, prompt_tokens=[len(p) for p in prompts], passes=passes)
+
+
+def summarize(cell: dict, costs: dict) -> list:
+    """Table rows: medians over passes of tok/s and x plain (CPU and wall), rounds, predictions."""
+    passes = cell["passes"]
+    c_t = costs["target"]
+    c_d1 = costs.get("draft", {}).get(1, 0.0)
+    rows = []
+    for name in passes[0]:
+        per = [p[name] for p in passes]
+        base = [p["plain loop"] for p in passes]
+        tok_s = [a["tokens"] / a["cpu"] for a in per]
+        x = [(a["tokens"] / a["cpu"]) / (b["tokens"] / b["cpu"]) for a, b in zip(per, base)]
+        xw = [(a["tokens"] / a["wall"]) / (b["tokens"] / b["wall"]) for a, b in zip(per, base)]
+        r = dict(row=name, tok_s=statistics.median(tok_s), x_plain=statistics.median(x),
+                 x_wall=statistics.median(xw), tokens=per[0]["tokens"])
+        a = per[0]
+        if a["rounds"]:
+            r["tok_round"] = a["tokens"] / a["rounds"]
+            r["proposed_round"] = a["drafted"] / a["rounds"]
+            draft_cost = c_d1 if name.startswith("draft") else 0.0
+            cost = sum((c_t[min(m + 1, max(c_t))] + m * draft_cost) / c_t[1] for m, _ in a["per_round"])
+            r["pred_x"] = a["tokens"] / cost if cost else None
+        if a["k_per_round"]:
+            r["k_mean"] = statistics.mean(a["k_per_round"])
+            hist = {}
+            for k in a["k_per_round"]:
+                hist[k] = hist.get(k, 0) + 1
+            r["k_hist"] = dict(sorted(hist.items()))
+        if a["predicted"]:
+            r["auto_pred_tok_s"] = statistics.median(a["predicted"])
+        rows.append(r)
+    return rows
+
+
+def same_as_plain(cell: dict) -> dict:
+    """Greedy only: per row, the prompts whose output differs from the plain loop's (first pass)."""
+    first = cell["passes"][0]
+    plain = first["plain loop"]["outputs"]
+    out = {}
+    for name, a in first.items():
+        diffs = []
+        for i, (o, p) in enumerate(zip(a["outputs"], plain)):
+            j = next((t for t, (x, y) in enumerate(zip(o, p)) if x != y), None)
+            if j is not None:
+                diffs.append((i, j))
+        out[name] = diffs
+    return out
+
+
+# ----------------------------------------------------------------------------
+# Printing
+# ----------------------------------------------------------------------------
+
+
+def print_header(info: dict, args) -> None:
+    print(f"# bench_spec -- {info['date']}")
+    print(f"CPU: {info.get('Model name')} ({info.get('CPU(s)')} CPUs, {info['isa']}), L3 {info.get('L3 cache')}; "
+          f"load average at start {info['load']} (1/5/15 min; other agents share the machine)")
+    print(f"python {info['python']}, torch {info['torch']}, llama_cpp {info['versions'].get('llama_cpp')}, "
+          f"transformers {info['versions'].get('transformers')}; one thread everywhere")
+    if info.get("libllama"):
+        print(f"libllama: {info['libllama']['path']}\n  {info['libllama']['system_info']}")
+    print(f"max_new {args.max_new}, repeats {args.repeats}, sampled = temperature {TEMPERATURE} alone; "
+          f"peer N = {args.peer_n}")
+    print("llama.cpp's own llama-lookup (native tools build): not run -- tools/llama_native/build.sh takes "
+          "~11 min of both cores on this shared machine" + ("" if not (ROOT / ".cache/llama-native/bin/llama-lookup")
+                                                                .is_file() else " (a build exists: not wired in yet)"))
+
+
+def print_costs(engine: str, model: str, costs: dict) -> None:
+    t = costs["target"]
+    ratio = ", ".join(f"{n}: {v / t[1]:.2f}" for n, v in t.items())
+    draft = f"; shipped draft c(1) = {costs['draft'][1]:.2f} ms" if "draft" in costs else ""
+    print(f"\n## {engine} x {model}: eval cost c(1) = {t[1]:.2f} ms CPU; c(n)/c(1) for n = {ratio}{draft}")
+
+
+def print_cell(title: str, rows: list, diffs: dict | None) -> None:
+    print(f"\n### {title}")
+    print("| row | tok/s | x plain | x wall | tok/round | proposed/round | pred x | k mean | greedy == plain |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        f = lambda key, fmt: (fmt.format(r[key]) if r.get(key) is not None else "")  # noqa: E731
+        same = ""
+        if diffs is not None:
+            d = diffs.get(r["row"], [])
+            same = "yes" if not d else "differs: " + ", ".join(f"prompt {i} at {j}" for i, j in d)
+        print(f"| {r['row']} | {r['tok_s']:.1f} | {r['x_plain']:.2f}x | {r['x_wall']:.2f}x | {f('tok_round', '{:.2f}')} "
+              f"| {f('proposed_round', '{:.2f}')} | {f('pred_x', '{:.2f}x')} | {f('k_mean', '{:.2f}')} | {same} |")
+
+
+def bars(results: list) -> list:
+    """The issue's "Done when" bars, per cell: (cell title, bar, met?, figures)."""
+    out = []
+    for cell in results:
+        rows = {r["row"]: r for r in cell["rows"]}
+        for draft in ("lookup", "draft"):
+            auto = rows.get(f"{draft} k=auto")
+            if auto is None:
+                continue
+            fixed = [r for n, r in rows.items() if n.startswith(f"{draft} k=") and n[len(draft) + 3:].isdigit()
+                     and n != f"{draft} k=0"]
+            best = max(fixed, key=lambda r: r["tok_s"]) if fixed else None
+            out.append((cell["title"], f"{draft} auto >= 0.97x plain", auto["x_plain"] >= 0.97,
+                        f"{auto['x_plain']:.2f}x"))
+            if best:
+                ratio = auto["tok_s"] / best["tok_s"]
+                out.append((cell["title"], f"{draft} auto >= 0.9x best fixed ({best['row']})", ratio >= 0.9,
+                            f"{ratio:.2f}"))
+            if draft == "lookup":
+                peers = [r for n, r in rows.items() if "PromptLookup" in n or "prompt_lookup" in n]
+                for p in peers:
+                    out.append((cell["title"], f"lookup auto >= peer {p['row']}", auto["tok_s"] >= p["tok_s"],
+                                f"{auto['tok_s']:.1f} vs {p['tok_s']:.1f} tok/s"))
+                if cell["engine"] == "transformers" and cell["model"] == "gemma" and cell["kind"] == "grounded":
+                    out.append((cell["title"], "lookup auto >= 1.5x plain (Gemma, transformers, grounded)",
+                                auto["x_plain"] >= 1.5, f"{auto['x_plain']:.2f}x"))
+    return out
+
+
+# ----------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------
+
+
+def _open(engine_name, key, spec, sv, threads, llama_cache):
+    if engine_name == "llama_cpp":
+        return LlamaEngine(spec, sv, threads)
+    tok = llama_cache.get(key) or LlamaEngine(spec, sv, threads)
+    llama_cache[key] = tok
+    return HFEngine(spec, sv, tok)
+
+
+def run(args) -> dict:
+    from integrations.llama_cpp.bench_llama import library_info
+    from tools.kernel_loader import load_kernel
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sv = load_kernel()
+    info = machine()
+    info["versions"] = _versions()
+    info["libllama"] = library_info()
+    print_header(info, args)
+    if not hasattr(sv, "PromptLookupDraft"):
+        print("NOTE: this build of the kernel has no PromptLookupDraft / k='auto' (make build after the lead's "
+              "commits): the lookup rows are left out")
+    result = dict(machine=info, args=vars(args), cells=[], costs={}, skipped=[])
+    specs = model_specs()
+    temps = {"greedy": 0.0, "sampled": TEMPERATURE}
+    for key in args.model:
+        spec = specs[key]
+        llama_cache = {}
+        for engine_name in args.engine:
+            why = missing(spec, engine_name)
+            if why:
+                print(f"\n## {engine_name} x {spec.name}: skipped: {why}")
+                result["skipped"].append((engine_name, key, why))
+                continue
+            engine = _open(engine_name, key, spec, sv, args.threads, llama_cache)
+            costs = engine.eval_costs(COST_SIZES)
+            result["costs"][f"{engine_name}/{key}"] = costs
+            print_costs(engine.name, spec.name, costs)
+            for kind in args.prompts:
+                texts = bench_prompts.spread(bench_prompts.prompts(spec.family, kind), args.n_prompts)
+                for mode in args.modes:
+                    cell = run_cell(engine, texts, temps[mode], args.ks, args.max_new, args.repeats, args.peer_n)
+                    rows = summarize(cell, costs)
+                    diffs = same_as_plain(cell) if mode == "greedy" else None
+                    title = (f"{engine.name} x {spec.name} x {kind} x {mode}: {len(texts)} prompts x "
+                             f"{args.max_new} new tokens, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+                    print_cell(title, rows, diffs)
+                    for p in cell["passes"]:
+                        for a in p.values():
+                            a.pop("per_round", None)
+                    result["cells"].append(dict(title=title, engine=engine_name, model=key, kind=kind, mode=mode,
+                                                rows=rows, diffs=diffs, prompt_tokens=cell["prompt_tokens"]))
+                    _save(result, args.json)
+                    sys.stdout.flush()
+            del engine
+            gc.collect()
+    result["bars"] = bars(result["cells"])
+    print("\n## Done-when bars")
+    print("| cell | bar | met | figure |\n|---|---|---|---|")
+    for title, bar, met, fig in result["bars"]:
+        print(f"| {title.split(':')[0]} | {bar} | {'yes' if met else 'NO'} | {fig} |")
+    result["machine"]["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nload average at the end: {result['machine']['load_end']}")
+    _save(result, args.json)
+    return result
+
+
+def _save(result: dict, path) -> None:
+    if path:
+        path = pathlib.Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1, default=str))
+
+
+def _list(value: str, known) -> list:
+    out = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in out if v not in known]
+    if bad:
+        raise SystemExit(f"unknown {', '.join(bad)}; known: {', '.join(known)}")
+    return out
+
+
+def _ks(value: str) -> list:
+    if "-" in value:
+        lo, hi = map(int, value.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in value.split(",") if x.strip()]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", default=",".join(ENGINES), help=f"comma list of {', '.join(ENGINES)}")
+    parser.add_argument("--model", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
+    parser.add_argument("--prompts", default=",".join(bench_prompts.KINDS), help="grounded, open")
+    parser.add_argument("--modes", default="greedy,sampled", help="greedy, sampled (T = 0.8)")
+    parser.add_argument("--ks", default="1-8", help="fixed k rows: 1-8 or 1,2,4")
+    parser.add_argument("--max-new", type=int, default=64)
+    parser.add_argument("--n-prompts", type=int, default=3, help="prompts per kind (at most)")
+    parser.add_argument("--repeats", type=int, default=1, help="passes; medians over them")
+    parser.add_argument("--peer-n", default="3,10", help="the peers' N (num_pred_tokens / prompt_lookup_num_tokens)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", default=str(ROOT / "out" / "bench_spec.json"))
+    parser.add_argument("--invariance", action="store_true",
+                        help="llama.cpp's batch-invariance check instead (integrations/llama_cpp/invariance.py)")
+    args = parser.parse_args(argv)
+    args.engine = _list(args.engine, ENGINES)
+    args.model = _list(args.model, MODELS)
+    args.prompts = _list(args.prompts, bench_prompts.KINDS)
+    args.modes = _list(args.modes, ("greedy", "sampled"))
+    args.ks = _ks(args.ks)
+    args.peer_n = _ks(args.peer_n)
+    if args.invariance:
+        from integrations.llama_cpp import invariance
+
+        invariance.main(["--max-new", str(args.max_new), "--models", ",".join(m for m in args.model
+                                                                               if m in ("gemma", "smollm2", "shipped"))])
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

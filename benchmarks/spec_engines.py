@@ -1,0 +1,368 @@
+"""The two engines of ``benchmarks.bench_spec``: llama.cpp (llama-cpp-python) and transformers.
+
+Each engine opens one model (a target file, and the shipped draft where the
+model has one) and answers the same questions, so the bench can lay them side
+by side:
+
+* ``tokenize(text)``: token ids (llama.cpp's tokenizer for both engines, so
+  both decode the very same ids; helper checks of the two tokenizers live in
+  the real-model tests);
+* ``target(temperature)`` / ``draft(temperature, generator)``: the
+  ``target_step`` / ``draft_step`` adapters (``LlamaCppStep``,
+  ``HFCausalLMStep``) the decoder drives;
+* ``prefill(step, prompt)``: the prompt minus its last token fed to an
+  adapter before the clock starts (every row's timing is decoding only);
+* ``plain(prompt, max_new, temperature, generator)``: the plain loop
+  baseline, one eval of one token per new token on the same adapter, timed;
+* ``peers(...)``: the engine's own speculation (llama-cpp-python's
+  ``LlamaPromptLookupDecoding``; transformers' ``prompt_lookup_num_tokens``),
+  and the engine's own plain loop, timed from the first new token on;
+* ``eval_costs(sizes)``: the CPU milliseconds of one target eval of ``n``
+  positions with logits at every position (what a round of ``k = n - 1``
+  asks for), each size's calls in a row after a 64-token context.
+
+Timing: process CPU seconds (one thread: waits for a core are left out, a
+shared cache's slowdown is not) and wall seconds, both around the decoding
+only. No row copies logits the others do not: ``LlamaCppStep`` hands the
+verifier a view of llama.cpp's own output buffer; the plain loops read the
+same view; the peers run as their libraries ship them.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONTEXT = 1536  # n_ctx: the longest prompt (~400 tokens) + max_new + k_max, with room
+
+
+@dataclass
+class ModelSpec:
+    """One bench model: its files per engine, and whether the shipped draft applies."""
+
+    name: str
+    gguf: pathlib.Path  # the target on llama.cpp
+    hf: object  # the target on transformers: a directory, or the GGUF path (dequantized)
+    draft_gguf: pathlib.Path | None = None
+    draft_hf: pathlib.Path | None = None
+    family: str = "real"  # "real" (chat-capable public models) or "pair" (the shipped code pair)
+    notes: list = field(default_factory=list)
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft_gguf is not None
+
+
+def real_dir() -> pathlib.Path:
+    """``models/real/`` (``make real-models``); ``SV_REAL_DIR`` overrides it (a scratch copy)."""
+    return pathlib.Path(os.environ.get("SV_REAL_DIR", ROOT / "models" / "real"))
+
+
+def model_specs() -> dict:
+    """Every model the bench knows, by name (files may still be missing: ``missing(spec)`` says)."""
+    real = real_dir()
+    gemma = real / "gemma-3-270m-q4_k_m.gguf"
+    smol = real / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    padded = ROOT / ".cache" / "padded"
+    return {
+        "gemma": ModelSpec("Gemma 3 270M (Q4_K_M)", gemma, gemma),
+        "smollm2": ModelSpec("SmolLM2-135M-Instruct (Q4_1)", smol, smol),
+        "shipped": ModelSpec("shipped pair (f32)", ROOT / "models" / "gguf" / "target.gguf", ROOT / "models" / "target",
+                             ROOT / "models" / "gguf" / "draft.gguf", ROOT / "models" / "draft", family="pair"),
+        "padded": ModelSpec("padded target x32 (f32)", padded / "gguf" / "target.gguf", padded / "target",
+                            padded / "gguf" / "draft.gguf", ROOT / "models" / "draft", family="pair"),
+    }
+
+
+def missing(spec: ModelSpec, engine: str) -> str | None:
+    """What is missing to run ``spec`` on ``engine`` (None: nothing), with the command that makes it."""
+    paths = [spec.gguf] + ([spec.draft_gguf] if spec.draft_gguf else [])
+    if engine == "transformers":
+        paths = [pathlib.Path(spec.hf)] + ([spec.draft_hf] if spec.draft_hf else [])
+    lost = [p for p in paths if not pathlib.Path(p).exists()]
+    if not lost:
+        return None
+    how = {"real": "make real-models", "pair": "make gguf; python -m integrations.llama_cpp.padded_target"}
+    return f"{', '.join(map(str, lost))} missing ({how[spec.family]})"
+
+
+def _timed(fn):
+    """``(cpu seconds, wall seconds, result)`` of ``fn()``."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.process_time() - c0, time.perf_counter() - t0, out
+
+
+# ----------------------------------------------------------------------------
+# llama.cpp
+# ----------------------------------------------------------------------------
+
+
+class LlamaEngine:
+    """llama-cpp-python ``Llama`` objects for one model, one thread."""
+
+    name = "llama.cpp"
+
+    def __init__(self, spec: ModelSpec, sv, threads: int = 1):
+        from integrations.llama_cpp.pair import open_llama
+
+        self.spec, self.sv, self.threads = spec, sv, threads
+        self.llama = open_llama(spec.gguf, n_ctx=CONTEXT, threads=threads)
+        self.draft_llama = open_llama(spec.draft_gguf, n_ctx=CONTEXT, threads=threads) if spec.has_draft else None
+        self._targets = {}
+
+    def tokenize(self, text: str, chat: bool = False) -> list:
+        """Token ids of ``text`` (BOS as the model's GGUF asks for it)."""
+        return list(self.llama.tokenize(text.encode("utf-8"), add_bos=self.spec.family == "real", special=chat))
+
+    def detokenize(self, ids) -> str:
+        return self.llama.detokenize(list(ids)).decode("utf-8", errors="replace")
+
+    def target(self, temperature: float):
+        """The ``LlamaCppStep`` on the target, one per temperature (one context: never two in use at once)."""
+        from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
+
+        if temperature not in self._targets:
+            self._targets[temperature] = LlamaCppStep(self.llama, temperature=temperature, sv=self.sv)
+        return self._targets[temperature]
+
+    def draft(self, temperature: float, generator):
+        from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
+
+        return LlamaCppStep(self.draft_llama, temperature=temperature, generator=generator, sv=self.sv)
+
+    @staticmethod
+    def prefill(step, prompt: list) -> None:
+        step.reset()
+        step._feed(list(prompt[:-1]), rows=1)
+
+    def plain(self, prompt: list, max_new: int, temperature: float, generator):
+        """The plain loop on the target's adapter: ``(cpu s, wall s, new tokens)``, decoding only."""
+        step = self.target(temperature)
+        self.prefill(step, prompt)
+        sv = self.sv
+        sample = None if step.greedy else dict(step.warping.kwargs(), generator=generator)
+
+        def loop():
+            out = []
+            logits = step._feed([prompt[-1]], rows=1)[0]
+            for i in range(max_new):
+                token = int(torch.argmax(logits)) if sample is None else int(sv.sample_draft(logits, **sample))
+                out.append(token)
+                if i + 1 < max_new:
+                    logits = step._feed([token], rows=1)[0]
+            return out
+
+        return _timed(loop)
+
+    def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
+        """``{row name: (cpu s, wall s, tokens timed, new tokens)}``: llama-cpp-python's ``Llama.generate``
+        plain, and with its ``LlamaPromptLookupDecoding(num_pred_tokens=N)``, timed from the first new token."""
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        out = {"Llama.generate plain": self._generate(prompt, max_new, temperature, seed, None)}
+        for n in lookup_n:
+            out[f"LlamaPromptLookupDecoding N={n}"] = self._generate(
+                prompt, max_new, temperature, seed, LlamaPromptLookupDecoding(num_pred_tokens=n))
+        for step in self._targets.values():
+            step.reset()  # Llama.generate used the context: the adapters' records are stale
+        return out
+
+    def _generate(self, prompt, max_new, temperature, seed, draft_model):
+        llama = self.llama
+        llama.draft_model = draft_model  # read by Llama.generate each round (logits_all is on already)
+        llama.reset()
+        llama.set_seed(seed)
+        gen = llama.generate(list(prompt), temp=temperature, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
+                             repeat_penalty=1.0, reset=True)
+        out = []
+        try:
+            out.append(int(next(gen)))  # after the prompt's eval: the clock starts here
+            c0, t0 = time.process_time(), time.perf_counter()
+            for token in gen:
+                out.append(int(token))
+                if len(out) == max_new:
+                    break
+            cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        finally:
+            gen.close()
+            llama.draft_model = None
+        return cpu, wall, len(out) - 1, out
+
+    def eval_costs(self, sizes, context: int = 64, calls: int = 12) -> dict:
+        """``{"target": {n: cpu ms}, "draft": {1: cpu ms}}``: one eval of ``n`` positions, logits at each."""
+        out = {"target": _llama_costs(self.target(0.0), sizes, context, calls)}
+        if self.draft_llama is not None:
+            out["draft"] = _llama_costs(self.draft(0.0, None), [1], context, calls)
+        return out
+
+
+def _llama_costs(step, sizes, context, calls):
+    step.reset()
+    step._feed(list(range(1, context + 1)), rows=1)
+    costs = {}
+    for n in sizes:  # each size's calls in a row: llama.cpp reuses its graph, as a decoding loop does
+        v = []
+        for _ in range(calls + 2):
+            c0 = time.process_time()
+            step._feed(list(range(10, 10 + n)), rows=n)
+            v.append(time.process_time() - c0)
+            step._rollback(context)
+        costs[n] = 1e3 * statistics.median(v[2:])
+    step.reset()
+    return costs
+
+
+# ----------------------------------------------------------------------------
+# transformers
+# ----------------------------------------------------------------------------
+
+
+def load_hf(path, dtype=torch.float32):
+    """A transformers causal LM in eval mode: a model directory, or a GGUF file dequantized to float32.
+
+    A real model's GGUF: ``examples.real_models.load_hf`` (it caches the
+    dequantized weights in ``.cache/real-hf/``) when it is there, else
+    ``from_pretrained(dir, gguf_file=name)``.
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = pathlib.Path(path)
+    if path.suffix == ".gguf":
+        try:
+            from examples import real_models
+        except ImportError:
+            real_models = None
+        if real_models is not None and hasattr(real_models, "load_hf"):
+            try:
+                return real_models.load_hf(real_models.path_name(path), threads=None)[1].eval()
+            except Exception as e:  # noqa: BLE001 -- the shared loader failing must not stop the bench: say so, read the GGUF
+                print(f"examples.real_models.load_hf failed ({type(e).__name__}: {str(e)[:120]}); "
+                      "reading the GGUF with from_pretrained(gguf_file=...)", flush=True)
+        return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+
+
+class _Clock:
+    """A generate() streamer: the time of the first new tokens' arrival, and their count."""
+
+    def __init__(self):
+        self.calls = 0
+        self.first_new = 0
+        self.c0 = self.t0 = None
+
+    def put(self, value):
+        self.calls += 1
+        if self.calls == 2:  # the first put is the prompt; the second, the first round's new tokens
+            self.c0, self.t0 = time.process_time(), time.perf_counter()
+            self.first_new = int(value.numel())
+
+    def end(self):
+        pass
+
+
+class HFEngine:
+    """One transformers model (float32, the GGUF dequantized for the real models), and the shipped draft."""
+
+    name = "transformers"
+
+    def __init__(self, spec: ModelSpec, sv, tokenizer_engine):
+        self.spec, self.sv = spec, sv
+        self.model = load_hf(spec.hf)
+        self.draft_model = load_hf(spec.draft_hf) if spec.draft_hf else None
+        self.tokenizer_engine = tokenizer_engine  # llama.cpp's tokenization: the same ids on both engines
+        self._targets = {}
+        gc = self.model.generation_config
+        gc.eos_token_id = None  # every row decodes max_new tokens
+        if gc.pad_token_id is None:
+            gc.pad_token_id = 0
+
+    def tokenize(self, text: str, chat: bool = False) -> list:
+        return self.tokenizer_engine.tokenize(text, chat)
+
+    def target(self, temperature: float):
+        if temperature not in self._targets:
+            self._targets[temperature] = self.sv.HFCausalLMStep(self.model, temperature=temperature)
+        return self._targets[temperature]
+
+    def draft(self, temperature: float, generator):
+        return self.sv.HFCausalLMStep(self.draft_model, temperature=temperature, generator=generator)
+
+    @staticmethod
+    def prefill(step, prompt: list) -> None:
+        step.reset()
+        with torch.inference_mode():
+            step._feed(torch.tensor(prompt[:-1], dtype=torch.int64), rows=1)
+
+    def plain(self, prompt: list, max_new: int, temperature: float, generator):
+        step = self.target(temperature)
+        self.prefill(step, prompt)
+        sv = self.sv
+        sample = None if step.greedy else dict(step.warping.kwargs(), generator=generator)
+
+        def loop():
+            out = []
+            with torch.inference_mode():
+                logits = step._feed(torch.tensor(prompt[-1:]), rows=1)[0]
+                for i in range(max_new):
+                    token = int(torch.argmax(logits)) if sample is None else int(sv.sample_draft(logits, **sample))
+                    out.append(token)
+                    if i + 1 < max_new:
+                        logits = step._feed(torch.tensor([token]), rows=1)[0]
+            return out
+
+        return _timed(loop)
+
+    def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
+        """transformers' ``generate``: plain, and with ``prompt_lookup_num_tokens=N`` (temperature alone
+        when sampling: top_k=0, top_p=1), timed from the first new tokens' arrival."""
+        out = {"generate() plain": self._generate(prompt, max_new, temperature, seed, None)}
+        for n in lookup_n:
+            out[f"generate(prompt_lookup_num_tokens={n})"] = self._generate(prompt, max_new, temperature, seed, n)
+        return out
+
+    def _generate(self, prompt, max_new, temperature, seed, lookup):
+        torch.manual_seed(seed)
+        clock = _Clock()
+        kw = dict(max_new_tokens=max_new, min_new_tokens=max_new, streamer=clock)
+        if temperature > 0:
+            kw.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+        else:
+            kw.update(do_sample=False)
+        if lookup is not None:
+            kw["prompt_lookup_num_tokens"] = lookup
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():
+            res = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+        cpu, wall = time.process_time() - clock.c0, time.perf_counter() - clock.t0
+        new = res[0, len(prompt):].tolist()
+        return cpu, wall, len(new) - clock.first_new, new
+
+    def eval_costs(self, sizes, context: int = 64, calls: int = 8) -> dict:
+        out = {"target": _hf_costs(self.target(0.0), sizes, context, calls)}
+        if self.draft_model is not None:
+            out["draft"] = _hf_costs(self.draft(0.0, None), [1], context, calls)
+        return out
+
+
+def _hf_costs(step, sizes, context, calls):
+    costs = {}
+    with torch.inference_mode():
+        step.reset()
+        step._feed(torch.arange(1, context + 1), rows=1)
+        for n in sizes:
+            v = []
+            for _ in range(calls + 2):
+                c0 = time.process_time()
+                step._feed(torch.arange(10, 10 + n), rows=n)
+                v.append(time.process_time() - c0)
+                step._rollback(context)
+            costs[n] = 1e3 * statistics.median(v[2:])
+        step.reset()
+    return costs
