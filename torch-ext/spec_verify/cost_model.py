@@ -16,8 +16,8 @@ tokens per second (DESIGN.md, "k = auto"):
 * ``c_target(n)`` is the median of the latest measured target evals of ``n``
   positions (per batch size): robust to a noisy machine's outliers. An ``n``
   never measured is allowed only one past the longest measured (exploration
-  one step at a time), priced optimistically at the longest measured cost;
-  a gap below it is interpolated. A run with nothing measured starts with a
+  one step at a time), priced optimistically at the longest measured cost
+  plus half the last measured slope; a gap below it is interpolated. A run with nothing measured starts with a
   plain step (``k = 0``), which measures ``c_target(1)``;
 * ``c_draft`` is the median draft time per proposed token (~0 for prompt
   lookup), ``c_other`` the median of the rest of a round (verify, commit);
@@ -48,7 +48,9 @@ from .law import expected_accepted
 __all__ = ["AutoCost"]
 
 _PRIOR_ALPHA = 0.5  # acceptance assumed at position 0 before any evidence
-_PRIOR_WEIGHT = 1.0  # its weight, in rounds' worth of evidence
+_MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before one size's median is trusted
+_CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
+_PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 
 
 class AutoCost:
@@ -60,8 +62,11 @@ class AutoCost:
         Largest ``k`` ever chosen.
     window : int, default 9
         Samples kept per measured cost (their median is the estimate).
-    decay : float, default 0.85
-        Per-round forgetting factor of each sequence's acceptance evidence, in ``(0, 1]``.
+    decay : float, default 0.5
+        Forgetting factor of a sequence's acceptance evidence per round that
+        drafted for it, in ``(0, 1]``.
+    idle_decay : float, default 0.9
+        The same per round that drafted nothing for it (a plain step).
 
     Notes
     -----
@@ -71,10 +76,11 @@ class AutoCost:
     (``new_run``).
     """
 
-    def __init__(self, k_max: int, window: int = 9, decay: float = 0.85) -> None:
+    def __init__(self, k_max: int, window: int = 9, decay: float = 0.5, idle_decay: float = 0.9) -> None:
         self.k_max = k_max
         self.window = window
         self.decay = decay
+        self.idle_decay = idle_decay
         # (batch size, positions) -> recent target eval seconds
         self._target: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
@@ -100,9 +106,12 @@ class AutoCost:
         self._other[batch].append(rest_s)
         for seq, n_drafted, n_accepted in outcomes:
             accepted, judged = self._evidence.setdefault(seq, ([0.0] * self.k_max, [0.0] * self.k_max))
+            # Judged rounds forget fast (a burst ends in a round or two); plain rounds slowly, so a
+            # draft that failed is tried again only after a while (each retry costs a longer eval).
+            keep = self.decay if n_drafted else self.idle_decay
             for i in range(self.k_max):
-                accepted[i] *= self.decay
-                judged[i] *= self.decay
+                accepted[i] *= keep
+                judged[i] *= keep
             # Position i was judged if it was drafted and every earlier one accepted.
             for i in range(min(n_drafted, n_accepted + 1, self.k_max)):
                 judged[i] += 1.0
@@ -128,7 +137,14 @@ class AutoCost:
             return None
         longest = max(measured)
         if positions == longest + 1:
-            return measured[longest]  # optimistic: a longer eval costs at least this much
+            # Optimistic: half the last measured slope on top (a curve that bends down -- transformers'
+            # -- is still tried; a steep one -- llama.cpp's -- is not tried past the first step).
+            shorter = [n for n in measured if n < longest]
+            if not shorter:
+                return measured[longest]
+            prev = max(shorter)
+            slope = (measured[longest] - measured[prev]) / (longest - prev)
+            return measured[longest] + 0.5 * max(slope, 0.0)
         below = [n for n in measured if n < positions]
         above = [n for n in measured if n > positions]
         if not below or not above:
@@ -154,15 +170,22 @@ class AutoCost:
         for s, cap in zip(seqs, caps):
             alpha = torch.tensor(self.alpha(s), dtype=torch.float64).view(1, -1)
             tokens += 1.0 + expected_accepted(torch.where(positions < ks.clamp(max=cap), alpha, 0.0))
-        best = None  # (rate, k, tokens, seconds)
+        candidates = []  # (rate, k, tokens, seconds)
         for k in range(min(self.k_max, max(caps)) + 1):
             cost = self.target_cost(batch, k + 1)
+            if k == 0 and len(self._target.get((batch, 1), ())) < _MIN_SAMPLES:
+                # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
+                # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
+                return 0, None
             if cost is None:
-                if k == 0:
-                    return 0, None  # nothing measured for this batch: a plain step measures c(1)
                 continue
             seconds = max(k * c_draft + cost + c_other, 1e-12)
-            rate = float(tokens[k]) / seconds
-            if best is None or rate > best[0]:
-                best = (rate, k, float(tokens[k]), seconds)
-        return best[1], (best[2], best[3])
+            candidates.append((float(tokens[k]) / seconds, k, float(tokens[k]), seconds))
+        best = max(candidates)
+        # One step up from the best, measured once or twice, may hold an outlier that stalls the climb:
+        # while it is close, measure it again (bounded: _MIN_SAMPLES rounds per size, ever). A size
+        # that looked too fast is chosen anyway, and its median corrects it.
+        up = [c for c in candidates if c[1] == best[1] + 1
+              and 0 < len(self._target.get((batch, c[1] + 1), ())) < _MIN_SAMPLES and c[0] >= _CLOSE * best[0]]
+        chosen = up[0] if up else best
+        return chosen[1], (chosen[2], chosen[3])

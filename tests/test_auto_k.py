@@ -1,0 +1,161 @@
+"""``k="auto"``: the cost model's choices (``cost_model.AutoCost``) and the decoders that use it.
+
+The model is driven here with synthetic timings, so each choice can be held
+to what the cost curve and the acceptance imply:
+
+* on a steep curve (llama.cpp computing every logits row: an eval of ``n``
+  positions costs ``> n`` one-token evals) it explores one step and then
+  never speculates, even with a perfect draft: no k pays;
+* on a flat curve with a perfect draft it climbs one step at a time to
+  ``k_max`` and stays;
+* acceptance is each sequence's own and recent: after a burst of
+  acceptances ends, ``k`` falls to 0, and once the evidence is forgotten it
+  tries again; another sequence's burst does not move it;
+* the cost of an eval size is a median, so one outlier does not move it;
+* the decoders, with a target whose cost is a ``time.sleep`` per position
+  (not CPU-bound, so the machine's load does not blur it), make the same
+  choices end to end, stay token-identical to plain greedy decoding, and
+  report their choices and predicted against measured tokens/s.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from tests.decode_tables import Tables
+
+
+def _auto(sv, k_max=8):
+    draft = lambda prefix, k: (torch.zeros(k, dtype=torch.int64), None)  # noqa: E731
+    return sv.SpeculativeDecoder(draft, lambda p, t: None, k="auto", k_max=k_max).auto
+
+
+def _drive(model, cost, accept, rounds: int, seq=0, caps=8) -> list:
+    """Rounds of choose/record on cost(n) seconds per eval of n; accept(round) -> draft tokens kept."""
+    chosen = []
+    for r in range(rounds):
+        k, _ = model.choose([seq], [caps])
+        chosen.append(k)
+        model.record(1, k, k, (0.0, cost(k + 1), 0.0), [(seq, k, min(k, accept(r, k)))])
+    return chosen
+
+
+def test_steep_cost_curve_never_speculates_after_one_exploration(sv):
+    model = _auto(sv)
+    chosen = _drive(model, lambda n: 1.0 + 1.5 * (n - 1), lambda r, k: k, rounds=60)  # every draft token kept
+    print(f"\nsteep curve: k per round {chosen}")
+    assert chosen[:3] == [0, 0, 0]  # the baseline first: c(1) from 3 plain steps
+    assert sum(k > 0 for k in chosen) <= 2 and max(chosen) == 1  # one step explored, then plain decoding
+    assert chosen[-50:] == [0] * 50
+
+
+def test_flat_cost_curve_climbs_to_k_max_one_step_at_a_time(sv):
+    model = _auto(sv, k_max=6)
+    chosen = _drive(model, lambda n: 1.0 + 0.02 * (n - 1), lambda r, k: k, rounds=30)
+    print(f"\nflat curve: k per round {chosen}")
+    climb = chosen[: chosen.index(6) + 1]
+    assert all(b - a <= 1 for a, b in zip(climb, climb[1:]))  # never more than one unmeasured size at once
+    assert chosen[-15:] == [6] * 15
+
+
+def test_acceptance_is_recent_and_per_sequence(sv):
+    model = _auto(sv)
+    cost = lambda n: 1.0 + 0.15 * (n - 1)  # noqa: E731  (transformers-like: speculation pays when accepted)
+    burst = _drive(model, cost, lambda r, k: k, rounds=25)  # a quote being copied: all accepted
+    assert burst[-5:] == [8] * 5
+    after = _drive(model, cost, lambda r, k: 0, rounds=40)  # prose: every proposal rejected
+    print(f"\nburst {burst}\nafter {after}")
+    assert after.index(0) <= 6  # falls to plain decoding within a few rounds (some re-measure a size) ...
+    retries = [k for k in after[5:] if k > 0]
+    assert 1 <= len(retries) <= len(after[5:]) // 4  # ... and tries again, rarely
+    # Sequence 1 has no history of its own: sequence 0's burst is not its evidence.
+    other = _auto(sv)
+    _drive(other, cost, lambda r, k: k, rounds=25, seq=0)
+    assert other.alpha(1) == other.alpha(99)  # both at the prior
+    assert min(other.alpha(0)) > 0.9 > 0.6 > max(other.alpha(1))
+
+
+def test_one_outlier_does_not_move_a_measured_cost(sv):
+    model = _auto(sv, k_max=2)
+    for seconds in [1.0, 1.1, 0.9, 1.0, 1.05, 50.0, 0.95]:  # one 50x outlier (another process, a page fault)
+        model.record(1, 0, 0, (0.0, seconds, 0.0), [(0, 0, 0)])
+    assert 0.9 <= model.target_cost(1, 1) <= 1.1
+
+
+def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolated_below(sv):
+    model = _auto(sv)
+    assert model.target_cost(1, 1) is None  # nothing measured
+    for n, seconds in [(1, 1.0), (3, 2.0)]:
+        model.record(1, n - 1, n - 1, (0.0, seconds, 0.0), [])
+    assert model.target_cost(1, 2) == pytest.approx(1.5)  # between two measured sizes
+    assert model.target_cost(1, 4) == 2.25  # one past the longest: its cost + half the last slope (0.5 / n)
+    assert model.target_cost(1, 5) is None  # two past: not tried yet
+    assert model.target_cost(2, 1) is None  # another batch size is its own curve
+
+
+# ============================================================================
+# The decoders end to end (sleep-priced targets)
+# ============================================================================
+
+UNIT = 0.002  # seconds per unit of the synthetic cost curve
+
+
+class SleepTarget:
+    """The table target, costing ``cost(n) * UNIT`` seconds of sleep per eval of ``n`` positions."""
+
+    def __init__(self, tables: Tables, cost):
+        self.tables, self.cost = tables, cost
+
+    def __call__(self, prefix, proposed):
+        time.sleep(self.cost(len(proposed) + 1) * UNIT)
+        return self.tables.target_step(prefix, proposed)
+
+    def batched(self, prefixes, proposed, rows):
+        time.sleep(self.cost(proposed.shape[1] + 1) * UNIT)
+        return torch.stack([self.tables.target_step(p, t) for p, t in zip(prefixes, proposed)])
+
+
+def _perfect_draft(tables: Tables):
+    """Proposes the target's own greedy chain: every token accepted, rows None (a point mass)."""
+    def draft(prefix, k):
+        chain = tables.greedy_chain(prefix.tolist(), k)
+        return torch.tensor(chain[len(prefix):], dtype=torch.int64), None
+    return draft
+
+
+@pytest.mark.parametrize("curve, expect", [("steep", 0), ("flat", 8)])
+def test_decoder_k_auto_follows_the_measured_curve(sv, curve, expect):
+    tables = Tables(target_zeros=False)
+    cost = (lambda n: 1.0 + 1.5 * (n - 1)) if curve == "steep" else (lambda n: 1.0 + 0.02 * (n - 1))
+    dec = sv.SpeculativeDecoder(_perfect_draft(tables), SleepTarget(tables, cost), k="auto")
+    out = dec.generate(torch.tensor([0, 1]), max_new=120)
+    stats = dec.stats
+    print(f"\n{curve}: {stats}")
+    assert out.tolist() == tables.greedy_chain([0, 1], 120)
+    tail = stats.k_per_round[len(stats.k_per_round) // 2:]
+    # Late rounds follow the curve (near the end max_new caps k, so "8" means the most that is left).
+    assert all(k == expect or (expect and k >= min(8, 4)) for k in tail[:-2])
+    assert stats.auto and len(stats.k_per_round) == stats.batch_rounds
+    assert stats.predicted_tokens_per_second > 0 and stats.tokens_per_second > 0
+    assert "k=auto: k chosen" in stats.summary()
+    # The prediction is about the measured rate (sleep-priced: no CPU noise to speak of).
+    assert 0.5 < stats.predicted_tokens_per_second / stats.tokens_per_second < 2.0
+
+
+def test_batched_decoder_k_auto_is_greedy_exact_and_follows_the_curve(sv):
+    tables = Tables(target_zeros=False)
+    draft = _perfect_draft(tables)
+
+    def batched_draft(prefixes, k, rows):
+        found = [draft(p, k)[0] for p in prefixes]
+        return torch.stack(found), None
+
+    target = SleepTarget(tables, lambda n: 1.0 + 0.02 * (n - 1))
+    dec = sv.BatchedSpeculativeDecoder(batched_draft, target.batched, k="auto", k_max=5)
+    prompts = [[0, 1], [2], [1, 1, 0]]
+    outs = dec.generate([torch.tensor(p) for p in prompts], max_new=40)
+    assert [o.tolist() for o in outs] == [tables.greedy_chain(p, 40) for p in prompts]
+    assert max(dec.stats.k_per_round) == 5 and dec.stats.k_per_round[:3] == [0, 0, 0]
