@@ -29,10 +29,15 @@ def tiny_gemma3(seed: int = 0, window: int = WINDOW, layers: int = 4):
         vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=window,
         sliding_window_pattern=2,  # local, global, local, global
-        max_position_embeddings=512, initializer_range=0.2, bos_token_id=None, eos_token_id=None,
+        max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
         pad_token_id=None,
     )
     model = transformers.Gemma3ForCausalLM(config).eval()
+    # Every weight random (N(0, 0.6^2)), and the head untied: a random model with tied embeddings
+    # repeats its last token forever, whatever the context, and would hide a wrong window.
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.6)
     assert "sliding_attention" in config.layer_types and "full_attention" in config.layer_types
     return model
 
@@ -155,3 +160,72 @@ def test_a_crop_reaching_back_past_the_window_rebuilds(sv, gemma):
     torch.testing.assert_close(rows, full[-4:], rtol=0, atol=1e-4)
     torch.testing.assert_close(again, full[4:9], rtol=0, atol=1e-4)
     assert target.cache_rebuilds == 1
+
+
+# ----------------------------------------------------------------------------
+# The batched adapter: holes in the cache, windows counted per row
+# ----------------------------------------------------------------------------
+
+BATCH_PROMPTS = [PROMPT, [5], [3, 3, 3, 4, 4, 4, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
+
+
+def run_batched(sv, model, prompts=BATCH_PROMPTS, max_new=MAX_NEW, k=K):
+    references = [plain_greedy(model, p, max_new) for p in prompts]
+    target = sv.HFBatchedCausalLM(model, temperature=0)
+    calls = []
+
+    def counted_target(prefixes, proposed, rows):
+        calls.append((len(rows), proposed.shape[1]))
+        return target.target_step(prefixes, proposed, rows)
+
+    decoder = sv.BatchedSpeculativeDecoder(MixedDraft(references).batched, counted_target, k=k)
+    outs = [o.tolist() for o in decoder.generate([torch.tensor(p) for p in prompts], max_new=max_new)]
+    return outs, references, target, decoder.stats, calls
+
+
+def batched_checks(outs, references, target, calls, prompts=BATCH_PROMPTS) -> list:
+    failed = []
+    if outs != references:
+        failed.append("output")
+    if target.cache_rebuilds != 0:
+        failed.append("rebuilds")
+    # Each prompt once, then per sequence and round the last committed token and the k proposals.
+    (n_first, k_first), later = calls[0], calls[1:]
+    if target.tokens_fed != sum(map(len, prompts)) + n_first * k_first + sum(n * (k + 1) for n, k in later):
+        failed.append("tokens_fed")
+    return failed
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_batched_adapter_counts_windows_per_row_exactly(sv, attn):
+    model = tiny_gemma3()
+    model.config._attn_implementation = attn
+    outs, references, target, stats, calls = run_batched(sv, model)
+    assert 0 < stats.accepted < stats.drafted
+    assert target.holes > 0 or stats.histogram[0] > 0  # rows went out of step: holes were made
+    assert batched_checks(outs, references, target, calls) == []
+
+
+def test_negative_control_batched_windows_over_slots_fail(sv, gemma, monkeypatch):
+    # Windows kept whole, but the model's own masks: windows counted over slots, holes included.
+    monkeypatch.setattr(sv.hf_batched.HFBatchedCausalLM, "_window_masks", lambda self, mask, positions: mask)
+    outs, references, target, stats, calls = run_batched(sv, gemma)
+    assert batched_checks(outs, references, target, calls) == ["output"]
+
+
+def test_negative_control_batched_old_behaviour_rebuilds(sv, gemma, monkeypatch):
+    # The old adapter: the model's windows, which cannot crop back: rebuilt every round, not O(k).
+    monkeypatch.setattr(sv.hf_batched.HFBatchedCausalLM, "_unbound_windows", lambda self: None)
+    monkeypatch.setattr(sv.hf_batched.HFBatchedCausalLM, "_window_masks", lambda self, mask, positions: mask)
+    outs, references, target, stats, calls = run_batched(sv, gemma)
+    assert {"rebuilds", "tokens_fed"} <= set(batched_checks(outs, references, target, calls))
+
+
+def test_negative_control_batched_crop_one_short_fails(sv, gemma, monkeypatch):
+    monkeypatch.setattr(sv.hf_batched, "crop_cache", short_crop(sv.hf_batched.crop_cache))
+    try:
+        outs, references, target, stats, calls = run_batched(sv, gemma)
+    except RuntimeError as error:  # the masks no longer fit the cache: caught loudly, also a failure
+        assert "size" in str(error)
+        return
+    assert "output" in batched_checks(outs, references, target, calls)

@@ -45,8 +45,23 @@ attention over hole slots. A row carries at most ``k - accepted`` holes per
 round (more for the draft after a full acceptance elsewhere in the batch);
 with the acceptance of a useful draft that is a fraction of the sequence
 (``holes`` counts them), and the rows' real lengths, not the slots, set the
-positions. Sliding-window layers count slots, holes included: this adapter
-is exact for models whose windows exceed the decoded length (or have none).
+positions.
+
+Sliding windows (Gemma 3's local layers, Mistral) count a row's real tokens,
+not slots: with holes in the cache, a row's last ``window`` tokens span more
+slots than that, and the model's own masks and cache (which keep the last
+``window - 1`` *slots*) would be wrong. So, for a model with
+``config.sliding_window``, the cache's sliding layers are made to keep every
+slot (their window set past any length, after a first forward of one
+column that creates the cache before a long prefill could be cut), and when
+the cache has a hole the adapter passes the attention masks itself, 4-D, per
+layer type (a ``{"full_attention", "sliding_attention"}`` dict for models
+mixing both): a query at position ``p`` sees the slots of its row that hold
+positions ``> p - window``, positions counted per row, holes excluded. That
+is exact at any length; the price is attention over all of a sliding layer's
+slots (masked) instead of its window, and a cache the size of a full one.
+Without holes (one sequence, or a batch that accepted alike) the model's own
+masks are used, which are then the same.
 
 Rows are raw float32 logits on the CPU, as in ``hf_adapter.py``: the draft
 draws each token with ``sample_draft`` under the adapter's ``LogitsWarping``
@@ -62,7 +77,7 @@ import inspect
 import torch
 
 from .decode_warping import LogitsWarping
-from .hf_adapter import crop_cache, model_device
+from .hf_adapter import crop_cache, model_device, model_sliding_window, sliding_layers
 from .logits import sample_draft
 
 __all__ = ["HFBatchedCausalLM", "hf_batched_step_pair"]
@@ -179,6 +194,7 @@ class HFBatchedCausalLM:
     def reset(self) -> None:
         """Forget the cache and the counters (and look up the model's device again)."""
         self._device = model_device(self.model)
+        self._window = model_sliding_window(self.model)  # None: no sliding-window layers
         self._ids, self._rows = [], []  # the batch indices the cache's rows hold, and their state
         self._cache, self._mask = None, None  # the model's cache; [n, slots] int64, 1 = a real token
         self.forward_calls = self.tokens_fed = self.slots_fed = self.cache_rebuilds = 0
@@ -318,16 +334,41 @@ class HFBatchedCausalLM:
             columns, real = torch.arange(width).view(1, -1), torch.tensor(lengths).view(-1, 1)
             new_mask = (columns >= width - real).to(torch.int64)
         mask = new_mask if self._mask is None else torch.cat([self._mask, new_mask], dim=1)
+        start = torch.tensor([row.length for row in self._rows]).view(-1, 1)
+        # Holes get the row's next position: masked out, any valid position does.
+        positions = start + (torch.arange(width) if lengths is None else (columns - (width - real)).clamp(min=0))
+        if self._cache is None and self._window is not None and width > 1:
+            # A fresh cache of a sliding-window model: one column first (every
+            # row's, a pad for some: masked from the next forward on), to have
+            # the cache before a long prefill could cut its windows; then the
+            # windows are unbounded (module docstring) and the rest is fed.
+            first = self._forward(ids[:, :1], 1, None, None)
+            self._unbound_windows()
+            rest = self._forward(ids[:, 1:], min(keep, width - 1), mask, positions[:, 1:])
+            logits = torch.cat([first, rest], dim=1)[:, -keep:]
+        else:
+            logits = self._forward(ids, keep, mask, positions)
+        self._mask = mask
+        for b, row in enumerate(self._rows):
+            count = width if lengths is None else lengths[b]
+            row.extend(ids[b, width - count :], held + width - count)
+        self.tokens_fed += n * width if lengths is None else sum(lengths)
+        self.slots_fed += n * width
+        return logits
+
+    def _forward(self, ids: torch.Tensor, keep: int, mask, positions) -> torch.Tensor:
+        """One model forward of ``ids [n, W]`` on the cache, whose slots' mask (theirs and these) is
+        ``mask`` (None: all real); float32 CPU logits of the last ``keep`` columns."""
+        model_kwargs = dict(logits_to_keep=keep) if self._keeps_logits else {}
         # No hole anywhere (always so for one sequence: its rejected slots are
         # trailing, hence cropped): the model's defaults -- a full mask,
         # positions from the cache's length -- are exactly these, and cheaper.
-        dense = bool(mask.all())
-        model_kwargs = dict(logits_to_keep=keep) if self._keeps_logits else {}
-        if not dense:
-            start = torch.tensor([row.length for row in self._rows]).view(-1, 1)
-            # Holes get the row's next position: masked out, any valid position does.
-            positions = start + (torch.arange(width) if lengths is None else (columns - (width - real)).clamp(min=0))
-            model_kwargs.update(attention_mask=mask.to(self._device), position_ids=positions.to(self._device))
+        if mask is not None and not bool(mask.all()):
+            if self._window is None:
+                model_kwargs.update(attention_mask=mask.to(self._device))
+            else:
+                model_kwargs.update(attention_mask=self._window_masks(mask, positions))
+            model_kwargs.update(position_ids=positions.to(self._device))
         # inference_mode, not no_grad: no autograd bookkeeping at all (~10 % of a small model's forward).
         try:
             with torch.inference_mode():
@@ -339,14 +380,60 @@ class HFBatchedCausalLM:
             # books: drop it, so the next call feeds every row afresh (exact).
             self._drop_cache(rebuild=self._cache is not None)
             raise
-        self._cache, self._mask = out.past_key_values, mask
-        for b, row in enumerate(self._rows):
-            count = width if lengths is None else lengths[b]
-            row.extend(ids[b, width - count :], held + width - count)
+        self._cache = out.past_key_values
         self.forward_calls += 1
-        self.tokens_fed += n * width if lengths is None else sum(lengths)
-        self.slots_fed += n * width
         return out.logits[:, -keep:].to(device="cpu", dtype=torch.float32)
+
+    # -- sliding windows -------------------------------------------------------
+
+    def _unbound_windows(self) -> None:
+        """Make the cache's sliding-window layers keep every slot (their window past any length)."""
+        for layer in sliding_layers(self._cache):
+            # transformers 5's DynamicSlidingWindowLayer keeps its last
+            # `sliding_window - 1` slots; past any length, it keeps all and
+            # crops, selects and sizes its masks as a full layer does.
+            layer.sliding_window = _UNBOUNDED
+
+    def _window_masks(self, mask: torch.Tensor, positions: torch.Tensor):
+        """The 4-D attention masks of a forward of ``positions [n, W]`` over slots ``mask [n, S + W]``.
+
+        Per layer type: ``{"full_attention": ..., "sliding_attention": ...}``
+        for a model mixing both (``config.layer_types``), else the sliding
+        one alone; boolean for ``sdpa`` (True = attend), additive float for
+        ``eager``. A query sees its row's real slots up to its own, and for a
+        sliding layer only those holding positions ``> p - window``.
+        """
+        n, width = positions.shape
+        total = mask.shape[1]
+        real = mask.bool()
+        slot_pos = mask.cumsum(dim=1) - 1  # a real slot's position in its row
+        query_slot = torch.arange(total - width, total).view(1, width, 1)
+        causal = real.view(n, 1, total) & (torch.arange(total).view(1, 1, total) <= query_slot)
+        local = causal & (slot_pos.view(n, 1, total) > positions.view(n, width, 1) - self._window)
+        config = getattr(self.model, "config", None)
+        implementation = getattr(config, "_attn_implementation", None) or "sdpa"
+        if implementation not in ("sdpa", "eager"):
+            raise ValueError(
+                f"HFBatchedCausalLM builds sliding-window masks for attn_implementation 'sdpa' or 'eager', "
+                f"not {implementation!r}: load the model with one of those"
+            )
+
+        def as_mask(allowed):
+            allowed = allowed.view(n, 1, width, total).to(self._device)
+            if implementation == "sdpa":
+                return allowed
+            dtype = getattr(self.model, "dtype", torch.float32)
+            zero = torch.zeros((), dtype=dtype, device=self._device)
+            return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+        types = set(getattr(config, "layer_types", None) or ())
+        if "full_attention" in types and "sliding_attention" in types:
+            return {"full_attention": as_mask(causal), "sliding_attention": as_mask(local)}
+        return as_mask(local)
+
+
+# A sliding window longer than any sequence: the layer then keeps every slot.
+_UNBOUNDED = 1 << 62
 
 
 def _takes_argument(model, name: str) -> bool:
