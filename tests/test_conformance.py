@@ -296,3 +296,46 @@ def test_block_with_h_equal_to_p_is_rejected(sv):
     result = cf.run_conformance(cf.block_h_equals_p(), target, draft, BLOCK_ROUNDS // 4, seed=21,
                                 alpha=ALPHA, name="block h=p", law_module=sv, method="block")
     assert not result.passed, result.report()
+
+
+# ----------------------------------------------------------------------------
+# Point-mass drafts (prompt lookup): the ragged op with draft_probs=None
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family_name", ["zipf-smoothed", "disjoint-zeros", "scales"])
+def test_point_mass_verification_conforms(sv, family_name):
+    """Tokens drawn from q, verified as point masses, follow point_mass_law (alpha = 1e-3)."""
+    target, draft = cf.family(family_name, seed=1)
+    result = cf.run_conformance(cf.point_mass_verifier(sv), target, draft, 100_000, seed=31, alpha=ALPHA,
+                                chunk=1024, name="point-mass", law_module=sv, method="point-mass")
+    print(result.report())
+    assert result.passed, result.report()
+    assert 0 < result.mean < draft.shape[0]  # rejections and acceptances both occurred
+
+
+def _peaked_pair(seed: int, vocab: int = 16, k: int = 3):
+    """Peaked target rows and a draft equal to them: point-mass acceptance sum(p q) ~ 0.3-0.6."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.softmax(2.5 * torch.randn(k + 1, vocab, generator=g), -1)
+    return target, target[:k].clone()
+
+
+def test_point_mass_verification_conforms_on_a_peaked_pair(sv):
+    target, draft = _peaked_pair(3)
+    result = cf.run_conformance(cf.point_mass_verifier(sv), target, draft, 100_000, seed=33, alpha=ALPHA,
+                                chunk=4096, name="point-mass peaked", law_module=sv, method="point-mass")
+    assert result.passed, result.report()
+    assert min(result.acceptance) > 0.1  # the correction token matters: t carries real mass
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_point_mass_correction_from_the_full_target_is_rejected(sv, seed):
+    """NEGATIVE CONTROL: a point-mass correction drawn from p (t not removed) fails (alpha = 1e-3)."""
+    target, draft = _peaked_pair(seed)
+    wrong = cf.resample_from_target(cf.point_mass_verifier(sv))
+    result = cf.run_conformance(wrong, target, draft, 20_000, seed=32, alpha=ALPHA, chunk=1024,
+                                name="point-mass-resample-from-target", law_module=sv, method="point-mass")
+    assert not result.passed, result.report()
+    assert result.chi_squares[0].pvalue >= result.per_test_alpha  # the length law is untouched by this bug
+

@@ -151,6 +151,46 @@ def kernel_verifier(sv, batched: bool = True, method: str = "token") -> Verifier
     return single_round_verifier(sv.verify_sampled)
 
 
+def point_mass_verifier(sv) -> Verifier:
+    """The kernel's ``verify_sampled_ragged`` with ``draft_probs=None``: each drawn token a point mass.
+
+    The tokens are still drawn from the draft rows (``draw_rounds``), but the
+    verifier is not told them: it accepts ``t`` with probability ``p(t)`` and
+    else draws from ``p`` with ``t`` removed (DESIGN.md, "Short drafts, prompt
+    lookup, point masses"). Its law is ``point_mass_law``.
+    """
+
+    def rounds(target_probs, draft_probs, draft_tokens, uniforms):
+        b, k = draft_tokens.shape
+        # Flat layout: sequence i's K test uniforms and final draw at [i(K+1), (i+1)(K+1)).
+        target = target_probs.unsqueeze(0).expand(b, -1, -1).reshape(b * (k + 1), -1)
+        cu = torch.arange(1, b + 1, dtype=torch.int64) * k
+        return sv.verify_sampled_ragged(target, None, draft_tokens.reshape(-1), cu, uniforms=uniforms.reshape(-1))
+
+    return rounds
+
+
+def point_mass_law(target_probs: torch.Tensor, draft_probs: torch.Tensor):
+    """``(acceptance [K], emitted rows [K+1, V])`` of point-mass verification of tokens drawn from q.
+
+    Position i accepts ``t ~ q_i`` with probability ``p_i(t)``: ``alpha_i =
+    sum_x q_i(x) p_i(x)``. After a rejection at j the token is ``x`` with
+    probability ``sum_{t != x} q_j(t) p_j(x) / (1 - alpha_j) = p_j(x) (1 -
+    q_j(x)) / (1 - alpha_j)``; after a full acceptance it is drawn from
+    ``p_K``. Rows normalized by their own float64 sums, as the kernel does.
+    """
+    p = target_probs.double()
+    p = p / p.sum(-1, keepdim=True)
+    q = draft_probs.double()
+    q = q / q.sum(-1, keepdim=True)
+    k = q.shape[0]
+    alpha = (p[:k] * q).sum(-1)
+    rows = p.clone()
+    rows[:k] = p[:k] * (1.0 - q)
+    rows[:k] = rows[:k] / rows[:k].sum(-1, keepdim=True).clamp_min(1e-300)
+    return alpha, rows
+
+
 class _NumpyRule:
     """The correct rejection sampler, vectorized in numpy over a fixed pair.
 
@@ -492,9 +532,11 @@ def run_conformance(
         and ``accepted_length_variance`` (the loaded kernel qualifies).
         Default: ``torch-ext/spec_verify/law.py`` of this checkout.
     method : str
-        The law tested: ``"token"`` (rejection sampling) or ``"block"`` (block
+        The law tested: ``"token"`` (rejection sampling), ``"block"`` (block
         verification: ``block_joint_law``, by enumeration of ratio paths, so the
-        pair needs few distinct ratios ``p/q`` per row: ``block-groups``).
+        pair needs few distinct ratios ``p/q`` per row: ``block-groups``) or
+        ``"point-mass"`` (tokens drawn from the draft rows, verified as point
+        masses: ``point_mass_law``; the verifier is ``point_mass_verifier``).
     """
     start = time.perf_counter()
     the_law = law if law_module is None else law_module
@@ -509,8 +551,12 @@ def run_conformance(
         mean_law = float((pmf * j).sum())
         variance = float((pmf * j * j).sum()) - mean_law**2
     else:
+        if method == "point-mass":
+            acceptance, rows_t = point_mass_law(target_probs, draft_probs)
+            rows = rows_t.numpy()
+        else:
+            rows = the_law.emitted_token_law(target_probs, draft_probs).numpy()
         pmf = the_law.accepted_length_pmf(acceptance).numpy()
-        rows = the_law.emitted_token_law(target_probs, draft_probs).numpy()
         mean_law = the_law.expected_accepted(acceptance)
         variance = the_law.accepted_length_variance(acceptance)
 
@@ -712,6 +758,10 @@ def _verifier_by_name(name: str) -> Verifier:
         return block_h_equals_p()
     if name == "resample-from-target":
         return resample_from_target(kernel_verifier(load_kernel()))
+    if name == "point-mass":
+        return point_mass_verifier(load_kernel())
+    if name == "point-mass-resample-from-target":
+        return resample_from_target(point_mass_verifier(load_kernel()))
     if name == "ignore-uniform":
         return ignore_uniform(kernel_verifier(load_kernel()))
     return numpy_verifier()
@@ -727,9 +777,10 @@ def main(argv: list[str] | None = None) -> int:
         "--verifier",
         default="kernel",
         choices=["kernel", "kernel-single", "reference", "numpy", "resample-from-target", "ignore-uniform",
-                 "block", "block-h-equals-p"],
+                 "block", "block-h-equals-p", "point-mass", "point-mass-resample-from-target"],
         help="block, block-h-equals-p: tested against block verification's law, on --family "
-             "block-groups unless another is named",
+             "block-groups unless another is named; point-mass*: tokens drawn from the draft rows, "
+             "verified as point masses (draft_probs=None), against point_mass_law (use --chunk 256 at V = 32000)",
     )
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise significance level")
     parser.add_argument("--seed", type=int, default=0)
@@ -739,7 +790,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    method = "block" if args.verifier.startswith("block") else "token"
+    method = ("block" if args.verifier.startswith("block")
+              else "point-mass" if args.verifier.startswith("point-mass") else "token")
     family_name = BLOCK_FAMILY if method == "block" and args.family == PI_FAMILY else args.family
     target, draft = family(family_name, args.vocab, args.k, args.seed)
     result = run_conformance(
