@@ -308,11 +308,12 @@ def bars(results: list) -> list:
 
 
 def _open(engine_name, key, spec, sv, threads, llama_cache):
+    """The engine; one llama.cpp engine per model, also the transformers engine's tokenizer (the same ids)."""
+    if key not in llama_cache:
+        llama_cache[key] = LlamaEngine(spec, sv, threads)
     if engine_name == "llama_cpp":
-        return LlamaEngine(spec, sv, threads)
-    tok = llama_cache.get(key) or LlamaEngine(spec, sv, threads)
-    llama_cache[key] = tok
-    return HFEngine(spec, sv, tok)
+        return llama_cache[key]
+    return HFEngine(spec, sv, llama_cache[key])
 
 
 def run(args) -> dict:
