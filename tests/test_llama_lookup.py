@@ -123,3 +123,40 @@ def test_greedy_lookup_negative_control(sv, llamas, prompts, plain):
     dec = sv.SpeculativeDecoder(sv.PromptLookupDraft(), shifted, k=4, greedy=True)
     outs = [dec.generate(torch.tensor(p), MAX_NEW).tolist()[len(p):] for p in prompts]
     assert outs != plain
+
+
+# ----------------------------------------------------------------------------
+# The batch-invariance check (integrations/llama_cpp/invariance.py)
+# ----------------------------------------------------------------------------
+
+
+def test_invariance_check_counts_every_difference(sv, llamas, prompts):
+    """On the f32 pair: batched and one-token logits agree to 1e-2 and greedy lookup never leaves the
+    plain stream. Negative control: a target whose multi-row evals favour another token at their
+    second row is caught at every such position, with gaps no small deviation explains."""
+    from integrations.llama_cpp import invariance
+
+    target, _ = llamas
+    step = _step(sv, target)
+    plain, gaps = invariance.plain_greedy(step, prompts[0], 24)
+    dev, std = invariance.deviation(step, prompts[0], plain, n=5)
+    assert 0 <= dev < 1e-2 and std > 0.1
+    assert invariance.differences(sv, step, prompts[0], plain, gaps, 4) == []
+
+    class Skewed:
+        """``step`` with row 1 of every eval of 2+ positions pushed to one token (what lookup proposes loses)."""
+
+        def __init__(self, step):
+            self.step = step
+
+        def target_step(self, prefix, proposed):
+            rows = step.target_step(prefix, proposed)
+            if len(proposed) >= 1:
+                rows = rows.clone()
+                rows[1, 3] = rows[1].max() + 50.0
+            return rows
+
+    found = invariance.differences(sv, Skewed(step), prompts[0], plain, gaps, 4)
+    assert found, "a skewed target must leave the plain stream"
+    assert all(0 <= pos < len(plain) for pos, _ in found)
+    assert any(gap > 2 * dev for _, gap in found)  # flagged: not explained by the measured deviation
