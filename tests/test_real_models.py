@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from examples import prompts
 from tools import real_models
@@ -109,3 +110,24 @@ def test_the_prompt_set_has_both_kinds():
     assert all(prompts.bench_prompts("real", kind) for kind in prompts.KINDS)
     with pytest.raises(ValueError, match="unknown prompt kind"):
         prompts.of_kind("poetry")
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("name, max_new", [("smollm2-135m", 48), ("gemma3-270m", 32)])
+def test_prompt_lookup_greedy_is_plain_greedy_on_the_real_models(sv, one_thread, name, max_new):
+    # Both real models on transformers' forward (batch-invariant in float32): speculative greedy by
+    # prompt lookup (k="auto", and a fixed k that rejects often) emits plain greedy's tokens.
+    from examples import real_demo
+    from examples import real_models as loader
+
+    _placed(name)
+    tokenizer, model = loader.load_hf(name, threads=None)
+    ids = tokenizer(prompts.BY_NAME["rename-code"].text, return_tensors="pt").input_ids[0]
+    with torch.inference_mode():
+        plain = real_demo.plain_greedy(model, ids, max_new)
+        for k in ("auto", 3):
+            out, stats = real_demo.lookup_greedy(sv, model, ids, max_new, k=k)
+            assert out.tolist() == plain.tolist(), (name, k, real_demo.first_difference(plain, out))
+            assert stats.drafted > 0
+            if k == 3:
+                assert 0 < stats.accepted < stats.drafted
