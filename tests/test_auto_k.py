@@ -39,7 +39,7 @@ def _drive(model, cost, accept, rounds: int, seq=0, caps=8) -> list:
     for r in range(rounds):
         k, _ = model.choose([seq], [caps])
         chosen.append(k)
-        model.record(1, k, k, (0.0, cost(k + 1), 0.0), [(seq, k, min(k, accept(r, k)))])
+        model.record(1, k, k, (0.0, cost(k + 1), 0.0), [(seq, k, k, min(k, accept(r, k)))])
     return chosen
 
 
@@ -48,7 +48,8 @@ def test_steep_cost_curve_never_speculates_after_one_exploration(sv):
     chosen = _drive(model, lambda n: 1.0 + 1.5 * (n - 1), lambda r, k: k, rounds=60)  # every draft token kept
     print(f"\nsteep curve: k per round {chosen}")
     assert chosen[:3] == [0, 0, 0]  # the baseline first: c(1) from 3 plain steps
-    assert sum(k > 0 for k in chosen) <= 2 and max(chosen) == 1  # one step explored, then plain decoding
+    # A step or two explored (with every token accepted, k = 2 might pay at c(2)'s price), then plain decoding.
+    assert sum(k > 0 for k in chosen) <= 2 and max(chosen) <= 2
     assert chosen[-50:] == [0] * 50
 
 
@@ -81,7 +82,7 @@ def test_acceptance_is_recent_and_per_sequence(sv):
 def test_one_outlier_does_not_move_a_measured_cost(sv):
     model = _auto(sv, k_max=2)
     for seconds in [1.0, 1.1, 0.9, 1.0, 1.05, 50.0, 0.95]:  # one 50x outlier (another process, a page fault)
-        model.record(1, 0, 0, (0.0, seconds, 0.0), [(0, 0, 0)])
+        model.record(1, 0, 0, (0.0, seconds, 0.0), [(0, 0, 0, 0)])
     assert 0.9 <= model.target_cost(1, 1) <= 1.1
 
 
@@ -91,7 +92,7 @@ def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolate
     for n, seconds in [(1, 1.0), (3, 2.0)]:
         model.record(1, n - 1, n - 1, (0.0, seconds, 0.0), [])
     assert model.target_cost(1, 2) == pytest.approx(1.5)  # between two measured sizes
-    assert model.target_cost(1, 4) == 2.25  # one past the longest: its cost + half the last slope (0.5 / n)
+    assert model.target_cost(1, 4) == 2.0  # one past the longest: optimistically, at least its cost
     assert model.target_cost(1, 5) is None  # two past: not tried yet
     assert model.target_cost(2, 1) is None  # another batch size is its own curve
 
