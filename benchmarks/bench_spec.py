@@ -375,6 +375,39 @@ def run(args) -> dict:
     return result
 
 
+def print_summary(cells: list) -> None:
+    """One line per cell: plain, the best fixed k, k=auto (with its prediction), the peers; lookup and draft."""
+    print("\n## Summary (tok/s by CPU time; x = over the plain loop, same cell; pred = from the cost curve)")
+    print("| engine | model | prompts | mode | plain tok/s | lookup best fixed | lookup auto (k mean, pred) "
+          "| peer lookup best | draft best fixed | draft auto | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for cell in cells:
+        rows = {r["row"]: r for r in cell["rows"]}
+
+        def best(prefix):
+            fixed = [r for n, r in rows.items() if n.startswith(prefix) and n[len(prefix):].isdigit()
+                     and n[len(prefix):] != "0"]
+            if not fixed:
+                return ""
+            b = max(fixed, key=lambda r: r["tok_s"])
+            return f"{b['x_plain']:.2f}x (k={b['row'][len(prefix):]})"
+
+        def auto(name):
+            r = rows.get(name)
+            if r is None:
+                return ""
+            pred = f", pred {r['pred_x']:.2f}x" if r.get("pred_x") else ""
+            return f"{r['x_plain']:.2f}x (k {r.get('k_mean', 0):.2f}{pred})"
+
+        peers = [r for n, r in rows.items() if "PromptLookup" in n or "prompt_lookup" in n]
+        peer = max(peers, key=lambda r: r["tok_s"]) if peers else None
+        peer_s = f"{peer['x_plain']:.2f}x ({peer['row'].split('N=')[-1].split('=')[-1].rstrip(')')})" if peer else ""
+        load = cell["title"].split("load ")[-1].split()[0]
+        print(f"| {cell['engine']} | {cell['model']} | {cell['kind']} | {cell['mode']} | {rows['plain loop']['tok_s']:.1f} "
+              f"| {best('lookup k=')} | {auto('lookup k=auto')} | {peer_s} | {best('draft k=')} | "
+              f"{auto('draft k=auto')} | {load} |")
+
+
 def report(paths) -> None:
     """Print the tables and the bars again from saved JSON files (one run, or several runs' cells together)."""
     cells = []
@@ -392,6 +425,7 @@ def report(paths) -> None:
                 shown.add(key)
             print_cell(cell["title"], cell["rows"], cell["diffs"])
         cells += result["cells"]
+    print_summary(cells)
     print("\n## Done-when bars")
     print("| cell | bar | met | figure |\n|---|---|---|---|")
     for title, bar, met, fig in bars(cells):
