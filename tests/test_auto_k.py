@@ -48,8 +48,9 @@ def test_steep_cost_curve_never_speculates_after_one_exploration(sv):
     chosen = _drive(model, lambda n: 1.0 + 1.5 * (n - 1), lambda r, k: k, rounds=60)  # every draft token kept
     print(f"\nsteep curve: k per round {chosen}")
     assert chosen[:3] == [0, 0, 0]  # the baseline first: c(1) from 3 plain steps
-    # A step or two explored (with every token accepted, k = 2 might pay at c(2)'s price), then plain decoding.
-    assert sum(k > 0 for k in chosen) <= 2 and max(chosen) <= 2
+    # A few sizes explored by doubling (with every token accepted, each looks worth one try at the last
+    # measured price), then plain decoding for good.
+    assert sum(k > 0 for k in chosen) <= 3
     assert chosen[-50:] == [0] * 50
 
 
@@ -58,7 +59,7 @@ def test_flat_cost_curve_climbs_to_k_max_one_step_at_a_time(sv):
     chosen = _drive(model, lambda n: 1.0 + 0.02 * (n - 1), lambda r, k: k, rounds=30)
     print(f"\nflat curve: k per round {chosen}")
     climb = chosen[: chosen.index(6) + 1]
-    assert all(b - a <= 1 for a, b in zip(climb, climb[1:]))  # never more than one unmeasured size at once
+    assert all(b + 1 <= 2 * (a + 1) for a, b in zip(climb, climb[1:]))  # eval sizes at most double per round
     assert chosen[-15:] == [6] * 15
 
 
@@ -92,8 +93,8 @@ def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolate
     for n, seconds in [(1, 1.0), (3, 2.0)]:
         model.record(1, n - 1, n - 1, (0.0, seconds, 0.0), [])
     assert model.target_cost(1, 2) == pytest.approx(1.5)  # between two measured sizes
-    assert model.target_cost(1, 4) == 2.0  # one past the longest: optimistically, at least its cost
-    assert model.target_cost(1, 5) is None  # two past: not tried yet
+    assert model.target_cost(1, 4) == model.target_cost(1, 6) == 2.0  # up to twice the longest: at least its cost
+    assert model.target_cost(1, 7) is None  # beyond: not tried yet
     assert model.target_cost(2, 1) is None  # another batch size is its own curve
 
 

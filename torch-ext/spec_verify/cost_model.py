@@ -20,9 +20,9 @@ tokens per second (DESIGN.md, "k = auto"):
   8 tokens costs what the 3 it finds cost;
 * ``c_target(n)`` is the median of the latest measured target evals of ``n``
   positions (per batch size): robust to a noisy machine's outliers. An ``n``
-  never measured is allowed only one past the longest measured (exploration
-  one step at a time), priced optimistically at the longest measured cost;
-  a gap below it is interpolated. The first rounds (per batch size) are
+  never measured is allowed up to twice the longest measured (exploration
+  by doubling), priced optimistically at the longest measured cost; a gap
+  below it is interpolated. The first rounds (per batch size) are
   plain steps until ``c_target(1)`` has 3 samples, so a first call's warm-up
   cannot make plain decoding look slow; the next size up from the best,
   while it has fewer than 3 samples and is predicted within 0.8x of the
@@ -75,7 +75,7 @@ class AutoCost:
     decay : float, default 0.5
         Forgetting factor of a sequence's acceptance evidence per round that
         drafted for it, in ``(0, 1]``.
-    idle_decay : float, default 0.9
+    idle_decay : float, default 0.95
         The same per round that drafted nothing for it (a plain step).
 
     Notes
@@ -86,7 +86,7 @@ class AutoCost:
     (``new_run``).
     """
 
-    def __init__(self, k_max: int, window: int = 9, decay: float = 0.5, idle_decay: float = 0.9) -> None:
+    def __init__(self, k_max: int, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95) -> None:
         self.k_max = k_max
         self.window = window
         self.decay = decay
@@ -161,10 +161,11 @@ class AutoCost:
         if not measured:
             return None
         longest = max(measured)
-        if positions == longest + 1:
-            # Optimistic: at least the longest measured eval's cost. One size at a time, so a steep
-            # curve (llama.cpp computing every logits row) is explored a step or two, and a curve
-            # with a step in it (transformers' GEMM blocking at 4 rows) is explored past the step.
+        if longest < positions <= 2 * longest:
+            # Optimistic: at least the longest measured eval's cost. Explored by doubling (2, 4, 8, 9):
+            # a short generation reaches k_max in a few rounds, a steep curve (llama.cpp computing
+            # every logits row) costs a step or two, and a step in a curve (transformers' GEMM
+            # blocking at 4 rows) is explored past.
             return measured[longest]
         below = [n for n in measured if n < positions]
         above = [n for n in measured if n > positions]
