@@ -47,7 +47,7 @@ def test_steep_cost_curve_never_speculates_after_one_exploration(sv):
     model = _auto(sv)
     chosen = _drive(model, lambda n: 1.0 + 1.5 * (n - 1), lambda r, k: k, rounds=60)  # every draft token kept
     print(f"\nsteep curve: k per round {chosen}")
-    assert chosen[:3] == [0, 0, 0]  # the baseline first: c(1) from 3 plain steps
+    assert chosen[:2] == [0, 0] and chosen[2] > 0  # the baseline first: c(1) from 2 plain steps
     # A few sizes explored by doubling (with every token accepted, each looks worth one try at the last
     # measured price), then plain decoding for good.
     assert sum(k > 0 for k in chosen) <= 3
@@ -162,4 +162,4 @@ def test_batched_decoder_k_auto_is_greedy_exact_and_follows_the_curve(sv):
     prompts = [[0, 1], [2], [1, 1, 0]]
     outs = dec.generate([torch.tensor(p) for p in prompts], max_new=30)
     assert [o.tolist() for o in outs] == [tables.greedy_chain(p, 30) for p in prompts]
-    assert max(dec.stats.k_per_round) == 5 and dec.stats.k_per_round[:3] == [0, 0, 0]
+    assert max(dec.stats.k_per_round) == 5 and dec.stats.k_per_round[:2] == [0, 0]
