@@ -68,11 +68,12 @@ def test_acceptance_is_recent_and_per_sequence(sv):
     cost = lambda n: 1.0 + 0.15 * (n - 1)  # noqa: E731  (transformers-like: speculation pays when accepted)
     burst = _drive(model, cost, lambda r, k: k, rounds=25)  # a quote being copied: all accepted
     assert burst[-5:] == [8] * 5
-    after = _drive(model, cost, lambda r, k: 0, rounds=40)  # prose: every proposal rejected
-    print(f"\nburst {burst}\nafter {after}")
+    after = _drive(model, cost, lambda r, k: 0, rounds=150)  # prose: every proposal rejected
+    print(f"\nburst {burst}\nafter {after}")  # noqa: E501
     assert after.index(0) <= 6  # falls to plain decoding within a few rounds (some re-measure a size) ...
-    retries = [k for k in after[5:] if k > 0]
-    assert 1 <= len(retries) <= len(after[5:]) // 4  # ... and tries again, rarely
+    settled = after[after.index(0):]
+    retries = [k for k in settled if k > 0]
+    assert 1 <= len(retries) <= len(settled) // 10  # ... and tries again, rarely
     # Sequence 1 has no history of its own: sequence 0's burst is not its evidence.
     other = _auto(sv)
     _drive(other, cost, lambda r, k: k, rounds=25, seq=0)

@@ -61,7 +61,7 @@ _PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any 
 _MIN_SAMPLES = 3  # samples before one size's median is trusted
 _BASELINE_STEPS = 2  # plain steps measured before any speculation (c(1) is their minimum until 3)
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
-_PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
+_PRIOR_WEIGHT = 0.1  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 
 
 class AutoCost:
@@ -73,7 +73,7 @@ class AutoCost:
         Largest ``k`` ever chosen.
     window : int, default 9
         Samples kept per measured cost (their median is the estimate).
-    decay : float, default 0.5
+    decay : float, default 0.6
         Forgetting factor of a sequence's acceptance evidence per round that
         drafted for it, in ``(0, 1]``.
     idle_decay : float, default 0.95
@@ -87,7 +87,7 @@ class AutoCost:
     (``new_run``).
     """
 
-    def __init__(self, k_max: int, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95) -> None:
+    def __init__(self, k_max: int, window: int = 9, decay: float = 0.6, idle_decay: float = 0.95) -> None:
         self.k_max = k_max
         self.window = window
         self.decay = decay
