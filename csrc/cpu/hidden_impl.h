@@ -17,7 +17,9 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 #include <immintrin.h>
@@ -147,64 +149,90 @@ inline L16 l16_tail(const uint8_t* row, int64_t from, int64_t count) {
 }
 
 // ----------------------------------------------------------------------------
-// One group of G rows over the tile
+// Chunk loaders: chunk c (elements [16c, 16c + 16)) of one weight row, dequantized
 // ----------------------------------------------------------------------------
 
-template <int G, typename ForEachChunk>
-inline void group_dots(const HeadTile& t, int64_t r0, ForEachChunk&& for_each_chunk) {
-  const float* h = t.hidden + r0 * t.padded_dim;
-  for (int64_t v = t.begin; v < t.end; ++v) {
-    L16 acc[G];
-    for (int g = 0; g < G; ++g) acc[g] = l16_zero();
-    for_each_chunk(t.weight + v * t.row_bytes, [&](int64_t c, const L16& w) {
-      for (int g = 0; g < G; ++g) acc[g] = l16_mac(acc[g], w, l16_load(h + g * t.padded_dim + c * kHeadLanes));
-    });
-    for (int g = 0; g < G; ++g) {
-      float z = l16_tree(acc[g]);
-      if (t.bias != nullptr) z = z + t.bias[v];
-      t.out[(r0 + g) * t.out_stride + (v - t.begin)] = z;
-    }
-  }
-}
-
-// The chunks of one weight row, dequantized, in element order.
 template <typename scalar_t>
 struct DenseChunks {
   int64_t dim;
-  template <typename Body>
-  inline void operator()(const uint8_t* row, Body&& body) const {
-    const int64_t full = dim / kHeadLanes;
-    const auto* x = reinterpret_cast<const scalar_t*>(row);
-    for (int64_t c = 0; c < full; ++c) {
-      const scalar_t* p = x + c * kHeadLanes;
-      if constexpr (std::is_same_v<scalar_t, float>) {
-        body(c, l16_load(p));
-      } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-        body(c, l16_bf16(p));
-      } else {
-        body(c, l16_f16(p));
-      }
+  int64_t chunks() const { return (dim + kHeadLanes - 1) / kHeadLanes; }
+  inline L16 get(const uint8_t* row, int64_t c) const {
+    const auto* x = reinterpret_cast<const scalar_t*>(row) + c * kHeadLanes;
+    if ((c + 1) * kHeadLanes > dim) return l16_tail<scalar_t>(row, c * kHeadLanes, dim - c * kHeadLanes);
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      return l16_load(x);
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+      return l16_bf16(x);
+    } else {
+      return l16_f16(x);
     }
-    if (dim % kHeadLanes != 0) body(full, l16_tail<scalar_t>(row, full * kHeadLanes, dim % kHeadLanes));
   }
 };
 
+// The fp16 scale of a Q8_0 block, as float (exact).
+inline float q8_scale(const uint8_t* block) {
+  uint16_t bits;
+  std::memcpy(&bits, block, 2);
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  return _cvtsh_ss(bits);
+#else
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+#endif
+}
+
 struct Q8Chunks {
   int64_t dim;  // a multiple of kQ8Block
-  template <typename Body>
-  inline void operator()(const uint8_t* row, Body&& body) const {
-    const int64_t blocks = dim / kQ8Block;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = row + b * kQ8BlockBytes;
-      uint16_t bits;
-      std::memcpy(&bits, block, 2);
-      const float scale = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-      const auto* q = reinterpret_cast<const int8_t*>(block + 2);
-      body(2 * b, l16_q8(q, scale));
-      body(2 * b + 1, l16_q8(q + kHeadLanes, scale));
-    }
+  int64_t chunks() const { return dim / kHeadLanes; }
+  inline L16 get(const uint8_t* row, int64_t c) const {
+    const uint8_t* block = row + (c >> 1) * kQ8BlockBytes;
+    return l16_q8(reinterpret_cast<const int8_t*>(block + 2) + (c & 1) * kHeadLanes, q8_scale(block));
   }
 };
+
+// ----------------------------------------------------------------------------
+// G rows x P ids at a time: each weight chunk loaded once for the G rows,
+// each hidden chunk once for the P ids (P = 2 where registers allow)
+// ----------------------------------------------------------------------------
+
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr int kPairs = 2;
+#else
+constexpr int kPairs = 1;
+#endif
+
+template <int G, int P, typename Loader>
+inline int64_t ids_dots(const HeadTile& t, int64_t r0, int64_t v, const Loader& ld) {
+  const float* h = t.hidden + r0 * t.padded_dim;
+  const int64_t chunks = ld.chunks();
+  for (; v + P <= t.end; v += P) {
+    L16 acc[P][G];
+    for (int p = 0; p < P; ++p) {
+      for (int g = 0; g < G; ++g) acc[p][g] = l16_zero();
+    }
+    for (int64_t c = 0; c < chunks; ++c) {
+      L16 w[P];
+      for (int p = 0; p < P; ++p) w[p] = ld.get(t.weight + (v + p) * t.row_bytes, c);
+      for (int g = 0; g < G; ++g) {
+        const L16 hv = l16_load(h + g * t.padded_dim + c * kHeadLanes);
+        for (int p = 0; p < P; ++p) acc[p][g] = l16_mac(acc[p][g], w[p], hv);
+      }
+    }
+    for (int p = 0; p < P; ++p) {
+      for (int g = 0; g < G; ++g) {
+        float z = l16_tree(acc[p][g]);
+        if (t.bias != nullptr) z = z + t.bias[v + p];
+        t.out[(r0 + g) * t.out_stride + (v + p - t.begin)] = z;
+      }
+    }
+  }
+  return v;
+}
+
+template <int G, typename Loader>
+inline void group_dots(const HeadTile& t, int64_t r0, const Loader& ld) {
+  int64_t v = ids_dots<G, kPairs>(t, r0, t.begin, ld);
+  if (kPairs > 1) ids_dots<G, 1>(t, r0, v, ld);  // the odd id left
+}
 
 template <typename Chunks>
 void tile_rows(const HeadTile& t, const Chunks& chunks) {
