@@ -82,6 +82,28 @@ def test_logit_order_is_a_real_constraint(sv):
     assert not torch.equal(lm.reference_logits(head, h), h @ head.weight.T)
 
 
+def test_fma_emulation_equals_the_hardware_fma(sv):
+    # With d = 17 and only elements 0 and 16 nonzero (h = 1 at 0, beta at 16), lane 0 is
+    # fma(a, beta, c) and every other lane 0: each logit is one hardware fma (AVX-512,
+    # AVX2 or std::fma). Near-cancelling triples probe the rounding; a plain multiply
+    # then add (the negative control) differs on some of them.
+    lm = mod(sv, "lm_head")
+    gen = torch.Generator().manual_seed(12)
+    n = 20000
+    a = torch.randn(n, generator=gen)
+    beta = torch.randn(1, generator=gen)
+    c = (-(a.double() * beta.double()) * (1 + torch.randn(n, generator=gen).double() * 1e-6)).float()
+    w = torch.zeros(n, 17)
+    w[:, 0], w[:, 16] = c, a
+    h = torch.zeros(1, 17)
+    h[0, 0], h[0, 16] = 1.0, beta
+    head = sv.LMHead(w)
+    emulated = lm.fma32(a, beta.expand(n), c)
+    assert torch.equal(sv.ops.hidden_logits(h, head.weight, None, 0, 17)[0], emulated)
+    assert torch.equal(lm.reference_logits(head, h)[0], emulated)
+    assert not torch.equal(torch.add(torch.mul(a, beta), c), emulated)
+
+
 def test_logits_do_not_depend_on_rows_or_threads(sv):
     gen = torch.Generator().manual_seed(5)
     head = sv.LMHead(torch.randn(20000, 64, generator=gen).to(torch.bfloat16))

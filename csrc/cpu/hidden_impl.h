@@ -3,11 +3,13 @@
 // head_logits: the LM head's logits of one tile of ids for every hidden row,
 // as DESIGN.md, Note [LM head logits] defines them -- weights dequantized
 // exactly (F32, F16, BF16, Q8_0), 16 float32 partial sums (lane j: elements
-// j, j + 16, ...; each product and add rounded on its own, no FMA: the build
-// passes -ffp-contract=off), then the halving tree s[j] += s[j+8], += s[j+4],
-// += s[j+2], z = s[0] + s[1], then the bias. The 16 lanes are one AVX-512
-// vector, two AVX2 vectors, or an array the compiler vectorizes (DEFAULT,
-// NEON): the same additions in the same order on every ISA.
+// j, j + 16, ...; each step one fused multiply-add, s = fma(w, h, s), rounded
+// once -- explicit FMA instructions or std::fma, never contraction: the build
+// passes -ffp-contract=off, and the reference emulates fma exactly), then the
+// halving tree s[j] += s[j+8], += s[j+4], += s[j+2], z = s[0] + s[1] (plain
+// adds), then the bias. The 16 lanes are one AVX-512 vector, two AVX2
+// vectors, or an array the compiler vectorizes (DEFAULT; NEON's vfma): the
+// same operations in the same order on every ISA.
 //
 // Each weight vector is loaded (and dequantized) once and dotted with a
 // group of rows held in registers (up to 8 rows on AVX-512, 4 elsewhere);
@@ -18,6 +20,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -40,9 +43,7 @@ struct L16 {
 };
 inline L16 l16_zero() { return {_mm512_setzero_ps()}; }
 inline L16 l16_load(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline L16 l16_mac(const L16& acc, const L16& w, const L16& h) {
-  return {_mm512_add_ps(acc.v, _mm512_mul_ps(w.v, h.v))};
-}
+inline L16 l16_mac(const L16& acc, const L16& w, const L16& h) { return {_mm512_fmadd_ps(w.v, h.v, acc.v)}; }
 inline float l16_tree(const L16& a) {
   const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a.v),
                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1)));
@@ -67,7 +68,7 @@ struct L16 {
 inline L16 l16_zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 inline L16 l16_load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
 inline L16 l16_mac(const L16& acc, const L16& w, const L16& h) {
-  return {_mm256_add_ps(acc.lo, _mm256_mul_ps(w.lo, h.lo)), _mm256_add_ps(acc.hi, _mm256_mul_ps(w.hi, h.hi))};
+  return {_mm256_fmadd_ps(w.lo, h.lo, acc.lo), _mm256_fmadd_ps(w.hi, h.hi, acc.hi)};
 }
 inline float l16_tree(const L16& a) {
   const __m256 s8 = _mm256_add_ps(a.lo, a.hi);
@@ -108,7 +109,7 @@ inline L16 l16_load(const float* p) {
 }
 inline L16 l16_mac(const L16& acc, const L16& w, const L16& h) {
   L16 r;
-  for (int j = 0; j < kHeadLanes; ++j) r.v[j] = acc.v[j] + w.v[j] * h.v[j];
+  for (int j = 0; j < kHeadLanes; ++j) r.v[j] = std::fma(w.v[j], h.v[j], acc.v[j]);  // fused: one rounding
   return r;
 }
 inline float l16_tree(const L16& a) {

@@ -5,7 +5,7 @@ an ``LMHead`` instead of logits. The logits are one defined function
 (DESIGN.md, Note [LM head logits]), written here in torch
 (``reference_logits``) and in C++ (``csrc/cpu/hidden_impl.h``), bit for bit:
 weights dequantized as GGUF defines them, float32 dot products in a fixed
-order (16 lanes, then a halving tree; no FMA), then the bias.
+order (16 lanes of fused multiply-adds, then a halving tree), then the bias.
 """
 
 from __future__ import annotations
@@ -225,17 +225,40 @@ def _check_softcap(softcap):
     return float(softcap)
 
 
+def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """float32 ``fma(a, b, c)``: ``a * b + c`` rounded once, exactly as the FMA instruction.
+
+    In float64: ``a * b`` is exact (24 + 24 significant bits); the sum with
+    ``c`` is rounded to float64 *to odd* (round to nearest, then, if inexact
+    -- its exact error from TwoSum -- and the last bit is even, one ulp toward
+    the exact value), and then to float32 to nearest. Round-to-odd at 53 bits
+    followed by round-to-nearest at 24 (53 >= 24 + 2) is the correctly
+    rounded float32 result (Boldo and Melquiond, "Emulation of FMA and
+    correctly rounded sums: proved algorithms using rounding to odd", 2008).
+    """
+    p = torch.mul(a.double(), b.double())
+    cd = c.double()
+    s = torch.add(p, cd)
+    bb = torch.sub(s, p)
+    err = torch.add(torch.sub(p, torch.sub(s, bb)), torch.sub(cd, bb))  # TwoSum: s + err == p + c exactly
+    even = torch.bitwise_and(s.view(torch.int64), 1) == 0
+    fix = (err != 0) & even & torch.isfinite(s)
+    toward = torch.where(err > 0, torch.full_like(s, math.inf), torch.full_like(s, -math.inf))
+    return torch.where(fix, torch.nextafter(s, toward), s).float()
+
+
 def fixed_order_dot(w: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """``w [m, d] . h [n, d]`` -> float32 ``[n, m]`` in the Note's order (16 lanes, then the tree)."""
+    """``w [m, d] . h [n, d]`` -> float32 ``[n, m]`` in the Note's order (16 lanes of fma, then the tree)."""
     d = w.shape[1]
     padded = (d + LANES - 1) // LANES * LANES
-    if padded != d:  # zero elements: each lane adds +0 (the Note's padding)
+    if padded != d:  # zero elements: each lane adds fma(0, 0, s) = s (the Note's padding)
         w = torch.nn.functional.pad(w, (0, padded - d))
         h = torch.nn.functional.pad(h, (0, padded - d))
-    prod = torch.mul(w.unsqueeze(0), h.unsqueeze(1)).reshape(h.shape[0], w.shape[0], padded // LANES, LANES)
+    wc = w.reshape(1, w.shape[0], padded // LANES, LANES)
+    hc = h.reshape(h.shape[0], 1, padded // LANES, LANES)
     acc = torch.zeros(h.shape[0], w.shape[0], LANES, dtype=torch.float32, device=w.device)
     for c in range(padded // LANES):
-        acc = torch.add(acc, prod[:, :, c, :])  # lane j: elements j, j + 16, ... in order
+        acc = fma32(wc[:, :, c, :], hc[:, :, c, :], acc)  # lane j: elements j, j + 16, ... in order
     for half in (8, 4, 2, 1):
         acc = torch.add(acc[..., :half], acc[..., half:2 * half])
     return acc[..., 0]
