@@ -60,7 +60,7 @@ def test_logits_equal_reference_bit_for_bit(sv, vocab, dim):
     lm = mod(sv, "lm_head")
     gen = torch.Generator().manual_seed(vocab + dim)
     for head in heads(sv, vocab, dim, gen, bias=vocab % 2 == 1):
-        for rows in (1, 5, 9):
+        for rows in (1, 6):
             h = torch.randn(rows, dim, generator=gen)
             ref = lm.reference_logits(head, h)
             fast = sv.ops.hidden_logits(h, head.weight, head.bias, head.format_code, head.dim)
@@ -77,8 +77,8 @@ def test_logit_order_is_a_real_constraint(sv):
     # bit-for-bit comparison above sees the difference.
     lm = mod(sv, "lm_head")
     gen = torch.Generator().manual_seed(3)
-    head = sv.LMHead(torch.randn(4096, 640, generator=gen))
-    h = torch.randn(5, 640, generator=gen)
+    head = sv.LMHead(torch.randn(1024, 640, generator=gen))
+    h = torch.randn(2, 640, generator=gen)
     assert not torch.equal(lm.reference_logits(head, h), h @ head.weight.T)
 
 
@@ -130,7 +130,7 @@ HIDDEN_ISA_SCRIPT = """
     print(sv.build_info()["head_isa"])
     gen = torch.Generator().manual_seed(0)
     bad = 0
-    for vocab, dim in [(7, 35), (1100, 64), (3000, 128)]:
+    for vocab, dim in [(7, 35), (1100, 64), (1500, 128)]:
         for head in heads(sv, vocab, dim, gen, bias=True):
             h = torch.randn(5, dim, generator=gen)
             bad += not torch.equal(lm.reference_logits(head, h), sv.ops.hidden_logits(h, head.weight, head.bias,
@@ -171,8 +171,8 @@ def cases(sv, gen, vocab, dim, k):
     """(head, hidden, tokens) with all-accepted, first-rejected and mixed drafts."""
     lm = mod(sv, "lm_head")
     for head in heads(sv, vocab, dim, gen):
-        for trial in range(6):
-            h = torch.randn(k + 1, dim, generator=gen) * (1 + trial)
+        for trial in range(4):
+            h = torch.randn(k + 1, dim, generator=gen) * (1 + 2 * trial)
             best = lm.reference_logits(head, h)[:k].argmax(-1)
             toks = torch.randint(0, vocab, (k,), generator=gen)
             if trial % 3 == 0:
@@ -187,7 +187,7 @@ def test_one_pass_op_equals_reference(sv, temperature):
     hr = mod(sv, "hidden_reference")
     gen = torch.Generator().manual_seed(int(temperature * 10))
     seen = set()
-    for head, h, toks in cases(sv, gen, 1900, 64, 4):
+    for head, h, toks in cases(sv, gen, 1100, 64, 4):
         for _ in range(2):
             u = torch.rand(5, dtype=torch.float64, generator=gen)
             ours = sv.verify_hidden(h, head, toks, temperature=temperature, uniforms=u)
