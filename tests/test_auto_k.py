@@ -39,7 +39,7 @@ def _drive(model, cost, accept, rounds: int, seq=0, caps=8) -> list:
     for r in range(rounds):
         k, _ = model.choose([seq], [caps])
         chosen.append(k)
-        model.record(1, k, k, (0.0, cost(k + 1), 0.0), [(seq, k, min(k, accept(r, k)))])
+        model.record(1, k, k, (0.0, cost(k + 1), 0.0), [(seq, k, k, min(k, accept(r, k)))])
     return chosen
 
 
@@ -48,7 +48,8 @@ def test_steep_cost_curve_never_speculates_after_one_exploration(sv):
     chosen = _drive(model, lambda n: 1.0 + 1.5 * (n - 1), lambda r, k: k, rounds=60)  # every draft token kept
     print(f"\nsteep curve: k per round {chosen}")
     assert chosen[:3] == [0, 0, 0]  # the baseline first: c(1) from 3 plain steps
-    assert sum(k > 0 for k in chosen) <= 2 and max(chosen) == 1  # one step explored, then plain decoding
+    # A step or two explored (with every token accepted, k = 2 might pay at c(2)'s price), then plain decoding.
+    assert sum(k > 0 for k in chosen) <= 2 and max(chosen) <= 2
     assert chosen[-50:] == [0] * 50
 
 
@@ -81,7 +82,7 @@ def test_acceptance_is_recent_and_per_sequence(sv):
 def test_one_outlier_does_not_move_a_measured_cost(sv):
     model = _auto(sv, k_max=2)
     for seconds in [1.0, 1.1, 0.9, 1.0, 1.05, 50.0, 0.95]:  # one 50x outlier (another process, a page fault)
-        model.record(1, 0, 0, (0.0, seconds, 0.0), [(0, 0, 0)])
+        model.record(1, 0, 0, (0.0, seconds, 0.0), [(0, 0, 0, 0)])
     assert 0.9 <= model.target_cost(1, 1) <= 1.1
 
 
@@ -91,7 +92,7 @@ def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolate
     for n, seconds in [(1, 1.0), (3, 2.0)]:
         model.record(1, n - 1, n - 1, (0.0, seconds, 0.0), [])
     assert model.target_cost(1, 2) == pytest.approx(1.5)  # between two measured sizes
-    assert model.target_cost(1, 4) == 2.25  # one past the longest: its cost + half the last slope (0.5 / n)
+    assert model.target_cost(1, 4) == 2.0  # one past the longest: optimistically, at least its cost
     assert model.target_cost(1, 5) is None  # two past: not tried yet
     assert model.target_cost(2, 1) is None  # another batch size is its own curve
 
@@ -100,7 +101,9 @@ def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolate
 # The decoders end to end (sleep-priced targets)
 # ============================================================================
 
-UNIT = 0.002  # seconds per unit of the synthetic cost curve
+# Seconds per unit of the synthetic cost curve: large against a loaded machine's wake-up delay after a
+# sleep (~10 ms at a load of 8 on 2 cores), which adds a constant to every eval and flattens the curve.
+UNIT = 0.02
 
 
 class SleepTarget:
@@ -131,10 +134,10 @@ def test_decoder_k_auto_follows_the_measured_curve(sv, curve, expect):
     tables = Tables(target_zeros=False)
     cost = (lambda n: 1.0 + 1.5 * (n - 1)) if curve == "steep" else (lambda n: 1.0 + 0.02 * (n - 1))
     dec = sv.SpeculativeDecoder(_perfect_draft(tables), SleepTarget(tables, cost), k="auto")
-    out = dec.generate(torch.tensor([0, 1]), max_new=120)
+    out = dec.generate(torch.tensor([0, 1]), max_new=60)
     stats = dec.stats
     print(f"\n{curve}: {stats}")
-    assert out.tolist() == tables.greedy_chain([0, 1], 120)
+    assert out.tolist() == tables.greedy_chain([0, 1], 60)
     tail = stats.k_per_round[len(stats.k_per_round) // 2:]
     # Late rounds follow the curve (near the end max_new caps k, so "8" means the most that is left).
     assert all(k == expect or (expect and k >= min(8, 4)) for k in tail[:-2])
@@ -156,6 +159,6 @@ def test_batched_decoder_k_auto_is_greedy_exact_and_follows_the_curve(sv):
     target = SleepTarget(tables, lambda n: 1.0 + 0.02 * (n - 1))
     dec = sv.BatchedSpeculativeDecoder(batched_draft, target.batched, k="auto", k_max=5)
     prompts = [[0, 1], [2], [1, 1, 0]]
-    outs = dec.generate([torch.tensor(p) for p in prompts], max_new=40)
-    assert [o.tolist() for o in outs] == [tables.greedy_chain(p, 40) for p in prompts]
+    outs = dec.generate([torch.tensor(p) for p in prompts], max_new=30)
+    assert [o.tolist() for o in outs] == [tables.greedy_chain(p, 30) for p in prompts]
     assert max(dec.stats.k_per_round) == 5 and dec.stats.k_per_round[:3] == [0, 0, 0]

@@ -304,7 +304,7 @@ def test_block_with_h_equal_to_p_is_rejected(sv):
 
 
 @pytest.mark.native_only  # 3 x 10^5 rounds of V ~ 1000 rows copied flat: minutes emulated; the peaked pair runs there
-@pytest.mark.parametrize("family_name", ["zipf-smoothed", "disjoint-zeros", "scales"])
+@pytest.mark.parametrize("family_name", ["zipf-smoothed", "disjoint-zeros", "peaked"])
 def test_point_mass_verification_conforms(sv, family_name):
     """Tokens drawn from q, verified as point masses, follow point_mass_law (alpha = 1e-3)."""
     target, draft = cf.family(family_name, seed=1)

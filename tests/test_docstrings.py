@@ -14,12 +14,13 @@ import pathlib
 import pytest
 
 MODULES = ["verify", "logits", "law", "decoder", "decode_warping", "batched_decoder", "hf_adapter", "hf_batched",
-           "lm_head", "hidden"]
+           "prompt_lookup", "lm_head", "hidden"]
 # Functions that must carry at least one runnable example, and the least each module runs.
 MUST_HAVE_EXAMPLES = {
     "verify": ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
                "verify_greedy_ragged", "verify_sampled_ragged"],
     "logits": ["verify_logits", "verify_logits_batched", "verify_logits_ragged", "sample_draft", "warp_probs"],
+    "prompt_lookup": ["PromptLookupDraft"],
 }
 MIN_ATTEMPTED = {"law": 7, "hf_adapter": 0, "hf_batched": 0}  # the adapters' examples need models: all +SKIP
 

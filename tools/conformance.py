@@ -708,11 +708,24 @@ def _block_groups(vocab: int, k: int, rng) -> tuple[np.ndarray, np.ndarray]:
     return target, draft
 
 
+def _peaked(vocab: int, k: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    # Lognormal rows (sigma 5): a few tokens carry most of the mass, as in a
+    # model's confident positions, so a point-mass draft is often accepted and
+    # its rejected token's removal matters (point-mass runs); the draft is
+    # 0.7 target + 0.3 another such row.
+    target = np.exp(5.0 * rng.standard_normal((k + 1, vocab)))
+    other = np.exp(5.0 * rng.standard_normal((k, vocab)))
+    target = target / target.sum(-1, keepdims=True)
+    draft = 0.7 * target[:k] + 0.3 * other / other.sum(-1, keepdims=True)
+    return target, draft
+
+
 FAMILIES = {
     "zipf-smoothed": (_zipf_smoothed, 1000, 4),
     "sharper-draft": (_sharper_draft, 111, 5),
     "disjoint-zeros": (_disjoint_zeros, 64, 4),
     "scales": (_scales, 257, 3),
+    "peaked": (_peaked, 1000, 4),
 }
 # The user's reference experiment (600 rounds on a Raspberry Pi, K = 4, every
 # alpha_i = 0.678), as a pair: V = 32000 by default.
@@ -727,7 +740,7 @@ def family(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A named float32 target/draft pair ``([K+1, V], [K, V])``; ``seed`` seeds its RNG.
 
-    ``zipf-smoothed``, ``sharper-draft``, ``disjoint-zeros``, ``scales``, and
+    ``zipf-smoothed``, ``sharper-draft``, ``disjoint-zeros``, ``scales``, ``peaked``, and
     ``pi-0.678`` (V = 32000, K = 4, every alpha_i ~= 0.678: the Pi experiment's pair),
     ``block-groups`` (V = 32000, K = 4, three ratios p/q per row: block verification's).
     """

@@ -20,8 +20,8 @@ set -uo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 # The very slow or very large ones (emulated suites, the vLLM venv, a 4.2 GB
-# torch venv, a llama.cpp source build, the sanitizer suite).
-SLOW="test-aarch64,test-release-aarch64,vllm-env,test-vllm,bench-vllm,llama-native,test-asan,test-torch212"
+# torch venv, a llama.cpp source build, the sanitizer suite, the real-model bench).
+SLOW="test-aarch64,test-release-aarch64,vllm-env,test-vllm,bench-vllm,llama-native,test-asan,test-torch212,bench-real"
 DIR="" ONLY="" SKIP="" KEEP=0
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }

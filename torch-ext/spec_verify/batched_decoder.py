@@ -211,7 +211,7 @@ class _DecodeLoop:
         # Draft at most remaining - 1: a round emits accepted + 1 tokens.
         caps = [min(self.k, sequences[b].left - 1) for b in active]
         k_ask, predicted = self._choose_k(active, caps)
-        budgets = [min(k_ask, cap) for cap in caps]
+        budgets = asked = [min(k_ask, cap) for cap in caps]
         prefixes = [sequences[b].filled for b in active]
         t0 = time.perf_counter()
         if max(budgets) == 0:
@@ -232,7 +232,7 @@ class _DecodeLoop:
         if self.auto is not None:
             self.auto.record(len(active), k_ask, draft_tokens.shape[1],
                              (t1 - t0, t2 - t1, time.perf_counter() - t2),
-                             list(zip(active, budgets, accepted)))
+                             list(zip(active, asked, budgets, accepted)))
         return still
 
     def _choose_k(self, active: list, caps: list) -> tuple:

@@ -8,17 +8,25 @@ same model costs ~1.7x. ``AutoCost`` measures that curve while decoding and,
 each round, picks the ``k`` in ``{0 .. k_max}`` that maximizes the predicted
 tokens per second (DESIGN.md, "k = auto"):
 
-    rate(k) = E[tokens | alpha_hat, k] / (k * c_draft + c_target(k+1) + c_other)
+    rate(k) = E[tokens | alpha_hat, rho_hat, k] / (k * c_draft + E[c_target(W + 1)] + c_other)
 
-* ``E[tokens | alpha, k] = 1 + sum_{j=1..k} prod_{i<j} alpha_i`` is the
-  package's own law (``law.expected_accepted``) over the estimated
-  per-position acceptance, summed over the batch's sequences;
+* ``E[tokens | alpha, rho, k] = 1 + sum_{j=1..k} prod_{i<j} rho_i alpha_i``
+  is the package's own law (``law.expected_accepted``) over the estimated
+  per-position acceptance ``alpha_i`` times the draft's *reach* ``rho_i``,
+  the chance it proposes position ``i`` at all (1 for a draft model; a
+  prompt lookup's match runs out), summed over the batch's sequences;
+* ``W`` is the width the target will evaluate, ``max_b min(k, cap_b,
+  proposed_b)``, and its law follows from the reaches: asking a lookup for
+  8 tokens costs what the 3 it finds cost;
 * ``c_target(n)`` is the median of the latest measured target evals of ``n``
   positions (per batch size): robust to a noisy machine's outliers. An ``n``
   never measured is allowed only one past the longest measured (exploration
-  one step at a time), priced optimistically at the longest measured cost
-  plus half the last measured slope; a gap below it is interpolated. A run with nothing measured starts with a
-  plain step (``k = 0``), which measures ``c_target(1)``;
+  one step at a time), priced optimistically at the longest measured cost;
+  a gap below it is interpolated. The first rounds (per batch size) are
+  plain steps until ``c_target(1)`` has 3 samples, so a first call's warm-up
+  cannot make plain decoding look slow; the next size up from the best,
+  while it has fewer than 3 samples and is predicted within 0.8x of the
+  best, is measured again, so one slow outlier cannot stall the climb;
 * ``c_draft`` is the median draft time per proposed token (~0 for prompt
   lookup), ``c_other`` the median of the rest of a round (verify, commit);
 * ``alpha_hat_i`` is each sequence's own acceptance at position ``i``,
@@ -39,6 +47,7 @@ Only the Python standard library and torch are imported here.
 from __future__ import annotations
 
 import collections
+import math
 import statistics
 
 import torch
@@ -48,6 +57,7 @@ from .law import expected_accepted
 __all__ = ["AutoCost"]
 
 _PRIOR_ALPHA = 0.5  # acceptance assumed at position 0 before any evidence
+_PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any evidence
 _MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before one size's median is trusted
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
@@ -85,48 +95,63 @@ class AutoCost:
         self._target: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._other: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
-        self._evidence: dict = {}  # sequence -> ([accepted at i], [judged at i]), decayed
+        # sequence -> decayed counts per position: accepted, judged (acceptance); extended, reached (reach)
+        self._evidence: dict = {}
 
     # -- measurements ------------------------------------------------------------
 
     def new_run(self) -> None:
-        """Forget the sequences' acceptance (new prompts); keep the cost curve."""
+        """Forget the sequences' acceptance and reach (new prompts); keep the cost curve."""
         self._evidence = {}
 
     def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list) -> None:
-        """One round: its timings and each sequence's ``(sequence, drafted, accepted)``.
+        """One round: its timings and each sequence's ``(sequence, asked, drafted, accepted)``.
 
         ``seconds`` is ``(draft, target, rest)``; ``drafted`` the width the
-        target evaluated (``drafted + 1`` positions).
+        target evaluated (``drafted + 1`` positions); ``asked`` what the draft
+        was asked of that sequence, ``drafted`` what it proposed (a prompt
+        lookup may propose fewer, or none).
         """
         draft_s, target_s, rest_s = seconds
         self._target[(batch, drafted + 1)].append(target_s)
         if k_asked:
             self._draft_per_token[batch].append(draft_s / k_asked)
         self._other[batch].append(rest_s)
-        for seq, n_drafted, n_accepted in outcomes:
-            accepted, judged = self._evidence.setdefault(seq, ([0.0] * self.k_max, [0.0] * self.k_max))
-            # Judged rounds forget fast (a burst ends in a round or two); plain rounds slowly, so a
-            # draft that failed is tried again only after a while (each retry costs a longer eval).
-            keep = self.decay if n_drafted else self.idle_decay
+        for seq, n_asked, n_drafted, n_accepted in outcomes:
+            acc, judged, ext, reached = self._evidence.setdefault(seq, [[0.0] * self.k_max for _ in range(4)])
+            # Rounds with evidence forget fast (a burst ends in a round or two); rounds without it
+            # slowly, so a draft that failed is tried again only after a while (a retry costs a longer eval).
+            keep_alpha = self.decay if n_drafted else self.idle_decay
+            keep_reach = self.decay if n_asked else self.idle_decay
             for i in range(self.k_max):
-                accepted[i] *= keep
-                judged[i] *= keep
+                acc[i] *= keep_alpha
+                judged[i] *= keep_alpha
+                ext[i] *= keep_reach
+                reached[i] *= keep_reach
             # Position i was judged if it was drafted and every earlier one accepted.
             for i in range(min(n_drafted, n_accepted + 1, self.k_max)):
                 judged[i] += 1.0
-                accepted[i] += float(i < n_accepted)
+                acc[i] += float(i < n_accepted)
+            # Position i was reached if it was asked for and the proposal got that far.
+            for i in range(min(n_asked, n_drafted + 1, self.k_max)):
+                reached[i] += 1.0
+                ext[i] += float(i < n_drafted)
 
     # -- estimates ---------------------------------------------------------------
 
     def alpha(self, seq) -> list:
-        """The estimated acceptance of ``seq`` at positions ``0 .. k_max-1``."""
-        accepted, judged = self._evidence.get(seq, ([0.0] * self.k_max, [0.0] * self.k_max))
-        out, prior = [], _PRIOR_ALPHA
-        for a, j in zip(accepted, judged):
-            prior = (a + _PRIOR_WEIGHT * prior) / (j + _PRIOR_WEIGHT)
-            out.append(prior)
-        return out
+        """The estimated acceptance of ``seq`` at positions ``0 .. k_max-1`` (given the position is proposed)."""
+        acc, judged, _, _ = self._evidence.get(seq, [[0.0] * self.k_max for _ in range(4)])
+        return _shrunk(acc, judged, _PRIOR_ALPHA)
+
+    def reach(self, seq) -> list:
+        """``P(the draft proposes position i | it proposed i - 1 and was asked for i)`` for ``seq``.
+
+        1 for a draft that always proposes what it is asked; a prompt lookup's
+        matches run out (a quote ends), or do not exist (prose).
+        """
+        _, _, ext, reached = self._evidence.get(seq, [[0.0] * self.k_max for _ in range(4)])
+        return _shrunk(ext, reached, _PRIOR_REACH)
 
     def target_cost(self, batch: int, positions: int):
         """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet)."""
@@ -137,14 +162,10 @@ class AutoCost:
             return None
         longest = max(measured)
         if positions == longest + 1:
-            # Optimistic: half the last measured slope on top (a curve that bends down -- transformers'
-            # -- is still tried; a steep one -- llama.cpp's -- is not tried past the first step).
-            shorter = [n for n in measured if n < longest]
-            if not shorter:
-                return measured[longest]
-            prev = max(shorter)
-            slope = (measured[longest] - measured[prev]) / (longest - prev)
-            return measured[longest] + 0.5 * max(slope, 0.0)
+            # Optimistic: at least the longest measured eval's cost. One size at a time, so a steep
+            # curve (llama.cpp computing every logits row) is explored a step or two, and a curve
+            # with a step in it (transformers' GEMM blocking at 4 rows) is explored past the step.
+            return measured[longest]
         below = [n for n in measured if n < positions]
         above = [n for n in measured if n > positions]
         if not below or not above:
@@ -162,30 +183,66 @@ class AutoCost:
         c_draft = statistics.median(draft) if draft else 0.0
         other = self._other.get(batch)
         c_other = statistics.median(other) if other else 0.0
-        # E[tokens | k] for every k at once: row k of the law's input is alpha with
-        # positions >= min(k, cap) zeroed, so the law's later terms vanish.
+        # E[tokens | k] for every k at once, by the law over alpha_i * reach_i (a position emits only if
+        # proposed and accepted): row k of its input is zeroed from min(k, cap), so later terms vanish.
         ks = torch.arange(self.k_max + 1).view(-1, 1)
         positions = torch.arange(self.k_max).view(1, -1)
         tokens = torch.zeros(self.k_max + 1, dtype=torch.float64)
+        reaches = []
         for s, cap in zip(seqs, caps):
-            alpha = torch.tensor(self.alpha(s), dtype=torch.float64).view(1, -1)
-            tokens += 1.0 + expected_accepted(torch.where(positions < ks.clamp(max=cap), alpha, 0.0))
-        candidates = []  # (rate, k, tokens, seconds)
+            reach = self.reach(s)
+            a = torch.tensor([x * r for x, r in zip(self.alpha(s), reach)], dtype=torch.float64).view(1, -1)
+            tokens += 1.0 + expected_accepted(torch.where(positions < ks.clamp(max=cap), a, 0.0))
+            reaches.append((reach, cap))
+        candidates = []  # (rate, -k, tokens, seconds): ties go to the smaller k
         for k in range(min(self.k_max, max(caps)) + 1):
-            cost = self.target_cost(batch, k + 1)
             if k == 0 and len(self._target.get((batch, 1), ())) < _MIN_SAMPLES:
                 # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
                 # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
                 return 0, None
+            cost = self._expected_target_cost(batch, k, reaches)
             if cost is None:
                 continue
             seconds = max(k * c_draft + cost + c_other, 1e-12)
-            candidates.append((float(tokens[k]) / seconds, k, float(tokens[k]), seconds))
+            candidates.append((float(tokens[k]) / seconds, -k, float(tokens[k]), seconds))
         best = max(candidates)
         # One step up from the best, measured once or twice, may hold an outlier that stalls the climb:
         # while it is close, measure it again (bounded: _MIN_SAMPLES rounds per size, ever). A size
         # that looked too fast is chosen anyway, and its median corrects it.
-        up = [c for c in candidates if c[1] == best[1] + 1
-              and 0 < len(self._target.get((batch, c[1] + 1), ())) < _MIN_SAMPLES and c[0] >= _CLOSE * best[0]]
+        up = [c for c in candidates if -c[1] == -best[1] + 1
+              and 0 < len(self._target.get((batch, -c[1] + 1), ())) < _MIN_SAMPLES and c[0] >= _CLOSE * best[0]]
         chosen = up[0] if up else best
-        return chosen[1], (chosen[2], chosen[3])
+        return -chosen[1], (chosen[2], chosen[3])
+
+    def _expected_target_cost(self, batch: int, k: int, reaches: list):
+        """``E[c_target(W + 1)]`` for the eval width ``W = max_b min(k, cap_b, proposed_b)`` (None: unpriced)."""
+        # P(sequence b proposes at least j) = prod_{i<j} reach_b,i for j <= min(k, cap_b), else 0.
+        at_least = []
+        for reach, cap in reaches:
+            p, row = 1.0, [1.0]
+            for j in range(1, k + 1):
+                p = p * reach[j - 1] if j <= cap else 0.0
+                row.append(p)
+            at_least.append(row)
+        total = 0.0
+        for j in range(k + 1):
+            # P(W >= j) - P(W >= j + 1), with P(W >= j) = 1 - prod_b (1 - P(b proposes >= j)).
+            ge = 1.0 - math.prod(1.0 - row[j] for row in at_least) if j else 1.0
+            ge_next = 1.0 - math.prod(1.0 - row[j + 1] for row in at_least) if j < k else 0.0
+            weight = ge - ge_next
+            if weight <= 0.0:
+                continue
+            cost = self.target_cost(batch, j + 1)
+            if cost is None:
+                return None
+            total += weight * cost
+        return total
+
+
+def _shrunk(hits: list, trials: list, prior: float) -> list:
+    """Per-position ``(hits + w * prior_i) / (trials + w)``, ``prior_i`` the estimate at ``i - 1``."""
+    out = []
+    for h, t in zip(hits, trials):
+        prior = (h + _PRIOR_WEIGHT * prior) / (t + _PRIOR_WEIGHT)
+        out.append(prior)
+    return out

@@ -163,8 +163,10 @@ class HFBatchedCausalLM:
     it is given: each row rolls back to the longest prefix its cache shares
     with what it is asked about, so it can be reused across ``generate``
     calls (a new run with other prompts starts afresh). The model must be in
-    ``eval()`` mode. See the module docstring for the cache scheme and its
-    limit (sliding windows).
+    ``eval()`` mode. See the module docstring for the cache scheme and for
+    sliding windows (Gemma 3, Mistral), counted per row: exact at any length,
+    with the model's ``attn_implementation`` ``"sdpa"`` or ``"eager"``
+    (another raises ``ValueError`` once a sliding model's cache has a hole).
 
     Examples
     --------

@@ -16,6 +16,14 @@ Llama that runtime supports (``draft_runtime``). It returns what
 input ids followed by the new tokens, each finished row padded with
 ``pad_token_id`` after its eos.
 
+With ``prompt_lookup_num_tokens=k`` (transformers' own argument, and
+``max_matching_ngram_size``) and no ``assistant_model``, the draft is the
+kernel's ``PromptLookupDraft``: the ``k`` tokens that followed the latest
+earlier occurrence of the current n-gram in each row's prompt and output,
+at no model cost; rounds with no match are plain steps. Unlike transformers'
+prompt lookup, batches (``B > 1``) are served. Greedy output is plain
+``generate()``'s; sampled output follows the target's law (point-mass drafts).
+
 Randomness comes from torch's default generator, as in ``generate()``:
 ``torch.manual_seed`` / ``transformers.set_seed`` make sampled runs
 reproducible.
@@ -55,13 +63,15 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
     attention_mask : torch.Tensor, optional
         ``[B, T]``, 1 = token, 0 = padding; inferred from ``pad_token_id`` as
         ``generate()`` infers it when absent.
-    assistant_model : transformers causal LM
-        The draft: same tokenizer, same vocabulary.
+    assistant_model : transformers causal LM, optional
+        The draft: same tokenizer, same vocabulary. Leave it out to draft
+        by prompt lookup (``prompt_lookup_num_tokens``).
     generation_config, **kwargs
         As for ``generate()``; honoured: ``max_new_tokens`` / ``max_length``,
         ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
         ``eos_token_id``, ``pad_token_id``, ``num_assistant_tokens`` (k),
-        ``return_dict_in_generate``. Anything that would change the output
+        ``prompt_lookup_num_tokens`` (k, drafting by prompt lookup) with
+        ``max_matching_ngram_size`` (default 2), ``return_dict_in_generate``. Anything that would change the output
         and is not implemented raises ``ValueError`` naming it.
     streamer : transformers streamer, optional
         Gets the prompt, then each round's new tokens (batch size 1 only).
@@ -103,7 +113,7 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
                          f"(transformers' TextStreamer refuses batches too); stream one prompt at a time")
     if options.max_new == 0:
         return _output(options, options.input_ids)
-    draft = _draft_runtime(assistant_model, draft_runtime)
+    draft = None if options.prompt_lookup else _draft_runtime(assistant_model, draft_runtime)
     new_tokens, stats = _decode(model, draft, options, streamer)
     if decode_stats is not None:
         decode_stats.append(stats)
@@ -132,12 +142,19 @@ def _draft_runtime(assistant_model, runtime):
 def _decode(model, draft, options: Options, streamer):
     """Each row's new tokens (1-D int64 CPU tensors) and the run's statistics."""
     sv = load_kernel()
-    draft_step, target_step = sv.hf_batched_step_pair(
-        draft, model, **options.warping,
-        pad_token_id=options.pad_token_id if options.pad_token_id is not None else 0,
-    )
+    pad = options.pad_token_id if options.pad_token_id is not None else 0
+    if options.prompt_lookup:
+        # No draft model: the proposals are read from each row's own prefix.
+        draft_step = sv.PromptLookupDraft(max_ngram=options.max_ngram).batched
+        target_step = sv.HFBatchedCausalLM(model, **options.warping, pad_token_id=pad).target_step
+        # Point masses (rows None) carry no warping: the target's is the run's.
+        warping = None if options.greedy else target_step.__self__.warping
+    else:
+        draft_step, target_step = sv.hf_batched_step_pair(draft, model, **options.warping, pad_token_id=pad)
+        warping = None
     decoder = sv.BatchedSpeculativeDecoder(draft_step, target_step, k=options.k, greedy=options.greedy,
-                                           eos_token_id=options.eos_token_id, method=options.verification)
+                                           eos_token_id=options.eos_token_id, method=options.verification,
+                                           warping=warping)
     on_commit = None
     if streamer is not None:
         streamer.put(options.input_ids.cpu())

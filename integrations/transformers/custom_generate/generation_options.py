@@ -9,8 +9,11 @@ transformers' global defaults), keeps what this method honours, and raises a
 Honoured: ``max_new_tokens`` / ``max_length``, ``do_sample``,
 ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``eos_token_id``,
 ``pad_token_id``, ``num_assistant_tokens`` (the draft length k),
-``return_dict_in_generate`` (``sequences`` only), ``streamer`` (batch size 1);
-and this method's own ``verification`` (``"token"`` or ``"block"``).
+``prompt_lookup_num_tokens`` with ``max_matching_ngram_size`` (prompt lookup
+instead of a draft model: k and the longest n-gram, transformers' names and
+default of 2), ``return_dict_in_generate`` (``sequences`` only),
+``streamer`` (batch size 1); and this method's own ``verification``
+(``"token"`` or ``"block"``).
 """
 
 from __future__ import annotations
@@ -66,7 +69,6 @@ _OFF = {
     "stop_strings": (None,),
     "max_time": (None,),
     "token_healing": (None, False),
-    "prompt_lookup_num_tokens": (None,),
     "assistant_early_exit": (None,),
     "low_memory": (None, False),
     "cache_implementation": (None, "dynamic"),
@@ -95,6 +97,8 @@ class Options:
     pad_token_id: int | None  # fills finished rows; None only when nothing can finish early
     return_dict: bool
     verification: str  # "token" or "block": the kernel's sampled verifier
+    prompt_lookup: bool = False  # the draft is prompt lookup (k = prompt_lookup_num_tokens), no assistant model
+    max_ngram: int = 2  # prompt lookup's longest n-gram (max_matching_ngram_size; transformers' default 2)
 
 
 VERIFICATIONS = ("token", "block")
@@ -105,12 +109,13 @@ def resolve(model, assistant_model, input_ids, attention_mask, generation_config
     """Check and resolve one call; ``arguments`` are generate()'s named ones, ``kwargs`` the rest."""
     if not isinstance(verification, str) or verification not in VERIFICATIONS:
         raise ValueError(f'verification must be "token" or "block", got {verification!r}')
-    _check_models(model, assistant_model)
     off = [name for name in _ARGUMENTS_OFF if arguments.get(name) not in (None, [], ())]
     if arguments.get("synced_gpus"):
         off.append("synced_gpus")
     _check_tokenizers(kwargs.get("tokenizer"), kwargs.get("assistant_tokenizer"))
     config, model_kwargs = _generation_config(model, generation_config, kwargs)
+    lookup = _prompt_lookup(config, assistant_model)
+    _check_models(model, assistant_model, lookup)
     unknown = sorted(set(model_kwargs) - _HARMLESS_KWARGS)
     off += [f"{name}={getattr(config, name)!r}" for name, values in _OFF.items()
             if getattr(config, name, None) not in values]
@@ -131,10 +136,12 @@ def resolve(model, assistant_model, input_ids, attention_mask, generation_config
     warping = dict(temperature=0.0 if greedy else float(config.temperature if config.temperature is not None else 1.0),
                    top_k=int(config.top_k or 0), top_p=float(config.top_p if config.top_p is not None else 1.0),
                    min_p=float(config.min_p or 0.0))
+    k = lookup if lookup is not None else _draft_length(kwargs, generation_config, assistant_model, greedy)
     return Options(input_ids=ids, attention_mask=mask, max_new=max(0, int(max_new)),
-                   k=_draft_length(kwargs, generation_config, assistant_model, greedy), greedy=greedy, warping=warping,
+                   k=k, greedy=greedy, warping=warping,
                    eos_token_id=eos, pad_token_id=pad, return_dict=bool(config.return_dict_in_generate),
-                   verification=verification)
+                   verification=verification, prompt_lookup=lookup is not None,
+                   max_ngram=_max_ngram(config) if lookup is not None else 2)
 
 
 # ----------------------------------------------------------------------------
@@ -142,10 +149,38 @@ def resolve(model, assistant_model, input_ids, attention_mask, generation_config
 # ----------------------------------------------------------------------------
 
 
-def _check_models(model, assistant_model) -> None:
-    if assistant_model is None:
+def _prompt_lookup(config, assistant_model):
+    """k of prompt lookup (``prompt_lookup_num_tokens``), or None when a draft model drafts."""
+    value = getattr(config, "prompt_lookup_num_tokens", None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"prompt_lookup_num_tokens must be an int >= 1 (the draft length k), got {value!r}")
+    if assistant_model is not None:
+        raise ValueError("pass assistant_model or prompt_lookup_num_tokens, not both: the draft is either a "
+                         "model or prompt lookup")
+    return value
+
+
+def _max_ngram(config) -> int:
+    """Prompt lookup's longest n-gram: ``max_matching_ngram_size``, else transformers' default of 2."""
+    value = getattr(config, "max_matching_ngram_size", None)
+    if value is None:
+        return 2
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_matching_ngram_size must be an int >= 1, got {value!r}")
+    return value
+
+
+def _check_models(model, assistant_model, lookup=None) -> None:
+    if assistant_model is None and lookup is None:
         raise ValueError("assistant_model is required: pass the draft model, "
-                         "generate(..., assistant_model=draft, custom_generate=...)")
+                         "generate(..., assistant_model=draft, custom_generate=...), or draft by prompt lookup "
+                         "with prompt_lookup_num_tokens=k")
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        raise ValueError("model is an encoder-decoder model: this method decodes decoder-only causal LMs")
+    if assistant_model is None:
+        return
     for name, m in (("model", model), ("assistant_model", assistant_model)):
         if getattr(getattr(m, "config", None), "is_encoder_decoder", False):
             raise ValueError(f"{name} is an encoder-decoder model: this method decodes decoder-only causal LMs")
