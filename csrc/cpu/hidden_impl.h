@@ -155,8 +155,10 @@ inline L16 l16_tail(const uint8_t* row, int64_t from, int64_t count) {
 
 template <typename scalar_t>
 struct DenseChunks {
+  static constexpr int kStep = 1;  // chunks per get()
   int64_t dim;
   int64_t chunks() const { return (dim + kHeadLanes - 1) / kHeadLanes; }
+  inline void get(const uint8_t* row, int64_t c, L16* out) const { out[0] = get(row, c); }
   inline L16 get(const uint8_t* row, int64_t c) const {
     const auto* x = reinterpret_cast<const scalar_t*>(row) + c * kHeadLanes;
     if ((c + 1) * kHeadLanes > dim) return l16_tail<scalar_t>(row, c * kHeadLanes, dim - c * kHeadLanes);
@@ -182,11 +184,15 @@ inline float q8_scale(const uint8_t* block) {
 }
 
 struct Q8Chunks {
-  int64_t dim;  // a multiple of kQ8Block
+  static constexpr int kStep = 2;  // one block: its scale converted once for both chunks
+  int64_t dim;                     // a multiple of kQ8Block
   int64_t chunks() const { return dim / kHeadLanes; }
-  inline L16 get(const uint8_t* row, int64_t c) const {
+  inline void get(const uint8_t* row, int64_t c, L16* out) const {
     const uint8_t* block = row + (c >> 1) * kQ8BlockBytes;
-    return l16_q8(reinterpret_cast<const int8_t*>(block + 2) + (c & 1) * kHeadLanes, q8_scale(block));
+    const float scale = q8_scale(block);
+    const auto* q = reinterpret_cast<const int8_t*>(block + 2);
+    out[0] = l16_q8(q, scale);
+    out[1] = l16_q8(q + kHeadLanes, scale);
   }
 };
 
@@ -210,12 +216,15 @@ inline int64_t ids_dots(const HeadTile& t, int64_t r0, int64_t v, const Loader& 
     for (int p = 0; p < P; ++p) {
       for (int g = 0; g < G; ++g) acc[p][g] = l16_zero();
     }
-    for (int64_t c = 0; c < chunks; ++c) {
-      L16 w[P];
-      for (int p = 0; p < P; ++p) w[p] = ld.get(t.weight + (v + p) * t.row_bytes, c);
-      for (int g = 0; g < G; ++g) {
-        const L16 hv = l16_load(h + g * t.padded_dim + c * kHeadLanes);
-        for (int p = 0; p < P; ++p) acc[p][g] = l16_mac(acc[p][g], w[p], hv);
+    constexpr int S = Loader::kStep;
+    for (int64_t c = 0; c < chunks; c += S) {  // chunks is a multiple of S
+      L16 w[P][S];
+      for (int p = 0; p < P; ++p) ld.get(t.weight + (v + p) * t.row_bytes, c, w[p]);
+      for (int s = 0; s < S; ++s) {  // chunk c + s, in element order for every lane
+        for (int g = 0; g < G; ++g) {
+          const L16 hv = l16_load(h + g * t.padded_dim + (c + s) * kHeadLanes);
+          for (int p = 0; p < P; ++p) acc[p][g] = l16_mac(acc[p][g], w[p][s], hv);
+        }
       }
     }
     for (int p = 0; p < P; ++p) {
