@@ -84,7 +84,7 @@ std::string build_info() {
 #else
   out << "arch=other;";
 #endif
-  out << "isa=" << table.isa << ";mass_isa=" << table.mass_isa << ";warp_isa=" << table.warp_isa
+  out << "isa=" << table.isa << ";mass_isa=" << table.mass_isa << ";warp_isa=" << table.warp_isa << ";head_isa=" << table.head_isa
       << ";compiled=DEFAULT";
 #if defined(SV_HAVE_AVX2)
   out << ",AVX2";

@@ -136,6 +136,33 @@ struct RowOps {
                          float scale, int32_t bin, int32_t* out, int64_t cap);
 };
 
+// ----------------------------------------------------------------------------
+// The LM head's logits (csrc/cpu/hidden_impl.h; DESIGN.md, Note [LM head logits])
+// ----------------------------------------------------------------------------
+
+// Weight formats: dense float32 / float16 / bfloat16 rows, or GGUF Q8_0 blocks
+// (an fp16 scale then 32 int8 per block of 32 elements, 34 bytes).
+enum HeadFormat : int32_t { kHeadF32 = 0, kHeadF16 = 1, kHeadBF16 = 2, kHeadQ8_0 = 3 };
+constexpr int64_t kHeadLanes = 16;    // the dot product's partial sums
+constexpr int64_t kQ8Block = 32;      // elements per Q8_0 block
+constexpr int64_t kQ8BlockBytes = 34;
+
+// One tile of ids [begin, end) for every row: out[r * out_stride + v - begin]
+// = the Note's logit of hidden row r at id v (bias included if given).
+struct HeadTile {
+  const uint8_t* weight;  // row v at weight + v * row_bytes
+  int64_t row_bytes;
+  int32_t format;         // HeadFormat
+  int64_t dim;            // d
+  const float* hidden;    // rows x padded_dim float32, zero past dim
+  int64_t padded_dim;     // d rounded up to kHeadLanes
+  int64_t rows;
+  const float* bias;      // [V], or null
+  int64_t begin, end;
+  float* out;
+  int64_t out_stride;
+};
+
 struct KernelTable {
   const char* isa;       // "DEFAULT", "AVX2", "AVX512" ("NEON" on aarch64): the argmax
   const char* mass_isa;  // the ISA of the float64 passes (mass, residual)
@@ -147,6 +174,9 @@ struct KernelTable {
   // out[j] = exp_sv((logits[j] - row_max) * scale), 0 below kExpFloor: the
   // weights of a short list of float32 logits (the top-k candidates).
   void (*weights_of)(const float* logits, int64_t n, float row_max, float scale, float* out);
+  // The LM head's logits of one tile of ids (csrc/cpu/hidden_impl.h).
+  void (*head_logits)(const HeadTile& tile);
+  const char* head_isa;  // the ISA of head_logits
 };
 
 // Which instruction sets are compiled follows from the target machine alone

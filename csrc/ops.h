@@ -119,6 +119,29 @@ at::Tensor warp_probs(const at::Tensor& logits, double temperature, int64_t top_
                       double min_p, bool normalize);
 
 // ----------------------------------------------------------------------------
+// Hidden states in (ops_hidden.cpp): the LM head inside the op (DESIGN.md,
+// Note [LM head logits]). weight_format 0: weight [V, dim] float32 / float16 /
+// bfloat16; 1: GGUF Q8_0 blocks, uint8 [V, dim / 32 * 34]. bias: float [V].
+// ----------------------------------------------------------------------------
+
+// hidden [n, dim] -> float32 [n, V]: the logits function itself.
+at::Tensor hidden_logits(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         int64_t weight_format, int64_t dim);
+
+// hidden [K+1, dim], draft_tokens [K] (point-mass drafts) -> int64 [2]:
+// verify_logits' decisions on the head's logits at `temperature` (0: greedy),
+// one pass over the weights for all rows.
+at::Tensor verify_hidden(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         const at::Tensor& draft_tokens, int64_t weight_format, int64_t dim, double temperature,
+                         const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator);
+
+// hidden [n, dim] -> int64 [n]: row j's token drawn from its logits at
+// `temperature` with uniform j (argmax at 0), as sample_draft on the logits.
+at::Tensor sample_hidden(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         int64_t weight_format, int64_t dim, double temperature,
+                         const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator);
+
+// ----------------------------------------------------------------------------
 // Introspection (dispatch.cpp)
 // ----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 MODULES = ["verify", "logits", "law", "decoder", "decode_warping", "batched_decoder", "hf_adapter", "hf_batched",
-           "prompt_lookup"]
+           "prompt_lookup", "lm_head", "hidden"]
 # Functions that must carry at least one runnable example, and the least each module runs.
 MUST_HAVE_EXAMPLES = {
     "verify": ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",

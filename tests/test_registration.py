@@ -150,6 +150,23 @@ def _tensor_op_cases(sv):
                                    *WARP, lu.repeat(2, 1), None)],
         "sample_draft": [(ld, *WARP, lu[:4], None)],
         "warp_probs": [(ld.half(), *WARP, True)],
+        **_hidden_cases(),
+    }
+
+
+def _hidden_cases():
+    """The hidden-state ops: dense heads (float32 with bias, float16) and a Q8_0 head (uint8 blocks)."""
+    gen = torch.Generator().manual_seed(2)
+    h, w, b = torch.randn(5, 40, generator=gen), torch.randn(37, 40, generator=gen), torch.randn(37, generator=gen)
+    h64 = torch.randn(5, 64, generator=gen)
+    q8 = torch.randint(0, 256, (37, 68), dtype=torch.uint8, generator=gen)
+    q8[:, 0:2], q8[:, 34:36] = 0, 60  # fp16 scales 0x3c3c: finite
+    tokens, u = torch.tensor([1, 5, 0, 36]), torch.rand(5, dtype=torch.float64, generator=gen)
+    return {
+        "hidden_logits": [(h, w, b, 0, 40), (h.bfloat16(), w.half(), None, 0, 40), (h64, q8, None, 1, 64)],
+        "verify_hidden": [(h, w, b, tokens, 0, 40, 1.0, u, None), (h, w.bfloat16(), None, tokens.int(), 0, 40, 0.0,
+                                                                 None, None), (h64, q8, None, tokens, 1, 64, 0.7, u, None)],
+        "sample_hidden": [(h, w, None, 0, 40, 0.8, u, None), (h64, q8, b, 1, 64, 0.0, None, None)],
     }
 
 
@@ -162,7 +179,8 @@ INT_OPS = {"verify_greedy_ints": "verify_greedy", "verify_sampled_ints": "verify
 NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "test_faketensor")}
 TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
               "verify_block", "verify_block_batched", "verify_greedy_ragged", "verify_sampled_ragged",
-              "verify_logits", "verify_logits_batched", "verify_logits_ragged", "sample_draft", "warp_probs"]
+              "verify_logits", "verify_logits_batched", "verify_logits_ragged", "sample_draft", "warp_probs",
+              "hidden_logits", "verify_hidden", "sample_hidden"]
 EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
 
 

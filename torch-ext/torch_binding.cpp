@@ -85,6 +85,15 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def(
       "warp_probs(Tensor logits, float temperature=1.0, int top_k=0, float top_p=1.0, "
       "float min_p=0.0, bool normalize=True) -> Tensor");
+  // Hidden states in: the LM head inside the op (csrc/ops_hidden.cpp; DESIGN.md,
+  // Note [LM head logits]). weight_format 0: dense [V, dim]; 1: Q8_0 blocks.
+  m.def("hidden_logits(Tensor hidden, Tensor weight, Tensor? bias, int weight_format, int dim) -> Tensor");
+  m.def(
+      "verify_hidden(Tensor hidden, Tensor weight, Tensor? bias, Tensor draft_tokens, int weight_format, "
+      "int dim, float temperature=1.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+  m.def(
+      "sample_hidden(Tensor hidden, Tensor weight, Tensor? bias, int weight_format, int dim, "
+      "float temperature=1.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
@@ -105,6 +114,9 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("verify_logits_ragged", &spec_verify::verify_logits_ragged);
   m.impl("sample_draft", &spec_verify::sample_draft);
   m.impl("warp_probs", &spec_verify::warp_probs);
+  m.impl("hidden_logits", &spec_verify::hidden_logits);
+  m.impl("verify_hidden", &spec_verify::verify_hidden);
+  m.impl("sample_hidden", &spec_verify::sample_hidden);
 }
 
 // The .so is imported as a Python module by _ops.py (`from . import <name>`);

@@ -14,5 +14,8 @@ void add_row_kernels(KernelTable& table);
 // scan ... collect_bin of every dtype, and weights_of (warp_impl.h).
 void add_warp_kernels(KernelTable& table);
 
+// head_logits (hidden_impl.h).
+void add_hidden_kernels(KernelTable& table);
+
 }  // namespace CPU_CAPABILITY
 }  // namespace spec_verify

@@ -19,6 +19,8 @@ This file is the package's face: it re-exports, nothing else. Where things live:
 * ``decoder.py``    the draft / verify loop; ``hf_adapter.py`` Hugging Face models as callbacks
 * ``batched_decoder.py``  B sequences per round (the one loop); ``hf_batched.py`` one KV cache per batch
 * ``prompt_lookup.py``  ``PromptLookupDraft``, a draft read from the prefix; ``cost_model.py`` ``k="auto"``
+* ``lm_head.py``    ``LMHead`` (weights, ``from_gguf``) and its logits function; ``gguf.py`` the reader
+* ``hidden.py``     hidden states in: ``verify_hidden``, ``sample_hidden``; ``hidden_reference.py`` their reference
 * ``_fake.py``      fake implementations (torch.compile); ``_ops.py`` the build's op namespace
 
 CPU tensors run the vectorized C++ kernel (``ops``); tensors on any other
@@ -34,6 +36,8 @@ from .batched_decoder import BatchedSpeculativeDecoder
 from .decoder import DecodeStats, LogitsWarping, SpeculativeDecoder
 from .hf_adapter import HFCausalLMStep, hf_step_pair
 from .hf_batched import HFBatchedCausalLM, hf_batched_step_pair
+from .hidden import sample_hidden, verify_hidden
+from .lm_head import LMHead
 from .law import (
     acceptance_rates,
     accepted_length_pmf,
@@ -74,6 +78,10 @@ __all__ = [
     "verify_logits_ragged",
     "sample_draft",
     "warp_probs",
+    # Hidden states in (the LM head inside the op)
+    "LMHead",
+    "verify_hidden",
+    "sample_hidden",
     # The exact law
     "acceptance_rates",
     "accepted_length_pmf",

@@ -172,3 +172,44 @@ def _warp_probs_fake(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, nor
     check_warp_values(temperature, top_k, top_p, min_p)
     _check_logits_rows("logits", logits)
     return logits.new_empty(logits.shape, dtype=torch.float32)
+
+
+# Hidden states in (csrc/ops_hidden.cpp): shapes from hidden and the head's weight.
+def _check_hidden(hidden, weight, dim, **others):
+    check_rows_tensor("hidden", hidden, 2)
+    if hidden.shape[1] != dim:
+        raise ValueError(f"hidden must be [n, d] with d = {dim} (the head's hidden size), "
+                         f"got shape {tuple(hidden.shape)}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must have 2 dimensions, got shape {tuple(weight.shape)}")
+    check_vocab("weight", weight.shape[0])
+    check_same_device(hidden=hidden, weight=weight, **others)
+    return weight.shape[0]
+
+
+@torch.library.register_fake(add_op_namespace_prefix("hidden_logits"))
+def _hidden_logits_fake(hidden, weight, bias, weight_format, dim):
+    vocab = _check_hidden(hidden, weight, dim, bias=bias)
+    return hidden.new_empty((hidden.shape[0], vocab), dtype=torch.float32)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_hidden"))
+def _verify_hidden_fake(hidden, weight, bias, draft_tokens, weight_format, dim, temperature=1.0, uniforms=None,
+                        generator=None):
+    check_warp_values(temperature, 0, 1.0, 0.0)
+    _check_hidden(hidden, weight, dim, bias=bias, draft_tokens=draft_tokens, uniforms=uniforms)
+    if draft_tokens.dim() != 1 or hidden.shape[0] != draft_tokens.shape[0] + 1:
+        raise ValueError(f"hidden must be [K+1, d] with K = {draft_tokens.shape[0]} draft tokens, "
+                         f"got shape {tuple(hidden.shape)}")
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (hidden.shape[0],), "one per draft token plus one for the final draw")
+    return hidden.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("sample_hidden"))
+def _sample_hidden_fake(hidden, weight, bias, weight_format, dim, temperature=1.0, uniforms=None, generator=None):
+    check_warp_values(temperature, 0, 1.0, 0.0)
+    _check_hidden(hidden, weight, dim, bias=bias, uniforms=uniforms)
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (hidden.shape[0],), "one per row of hidden")
+    return hidden.new_empty((hidden.shape[0],), dtype=torch.int64)

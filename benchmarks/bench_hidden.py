@@ -1,0 +1,131 @@
+"""`python -m benchmarks.bench_hidden`: verify_hidden against the floor, torch's head and the naive path.
+
+The issue's bars (V = 262144, d = 640, K+1 = 5 rows, one thread), each a ratio
+taken in the same run, contenders interleaved round by round so machine noise
+falls on all of them alike; medians:
+
+* floor   -- one ``torch.sum`` over the head's bytes (viewed as float32, so
+  the sum is vectorized; denormals flushed): reading the weights once;
+* torch row -- one row of torch's head, ``h[:1] @ W.T`` in bfloat16;
+* naive   -- torch's ``[K+1, V]`` logits (``h @ W.T``, bfloat16) then ``verify_logits``;
+* ours    -- ``verify_hidden``, greedy and sampled (temperature 1), every draft
+  token accepted (the worst case: every row's decision is made).
+
+Bars: ours <= 2.0x floor (bf16), <= 2.5x floor (Q8_0), <= 1.5x torch row.
+The Q8_0 head is the bf16 head quantized as ggml does (the same shape as
+Gemma 3 270M's tied head); with --gguf, a real file's head instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+from tools.kernel_loader import load_kernel
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def q8_0_blocks(w: torch.Tensor) -> torch.Tensor:
+    """ggml's Q8_0 of float rows [V, d] as uint8 [V, d / 32 * 34] (fp16 scale amax/127, round(x/scale))."""
+    v, d = w.shape
+    out = torch.empty(v, d // 32 * 34, dtype=torch.uint8)
+    step = 16384
+    for a in range(0, v, step):
+        blocks = w[a:a + step].float().reshape(-1, d // 32, 32)
+        scale = blocks.abs().amax(-1, keepdim=True) / 127
+        inv = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
+        q = torch.round(blocks * inv).clamp(-127, 127).to(torch.int8)
+        raw = torch.cat([scale.to(torch.float16).view(torch.uint8).reshape(-1, d // 32, 2), q.view(torch.uint8)], -1)
+        out[a:a + step] = raw.reshape(-1, d // 32 * 34)
+    return out
+
+
+def interleaved_medians(fns: dict, repeats: int) -> dict:
+    times = {name: [] for name in fns}
+    for name, fn in fns.items():  # warm-up
+        fn()
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=262144)
+    parser.add_argument("--dim", type=int, default=640)
+    parser.add_argument("--rows", type=int, default=5, help="K+1")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--gguf", default=None, help="a GGUF file whose head to use as the Q8_0 head")
+    parser.add_argument("--json", default=None, help="write the medians here")
+    args = parser.parse_args(argv)
+    sv = load_kernel()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    gen = torch.Generator().manual_seed(0)
+    v, d, k = args.vocab, args.dim, args.rows - 1
+    w = (torch.randn(v, d, generator=gen) * 0.05).to(torch.bfloat16)
+    heads = {"bf16": sv.LMHead(w)}
+    heads["q8_0"] = sv.LMHead.from_gguf(args.gguf) if args.gguf else sv.LMHead.q8_0(q8_0_blocks(w), d)
+    results, load_before = {}, os.getloadavg()
+    for name, head in heads.items():
+        hidden = torch.randn(k + 1, head.dim, generator=gen)
+        wb = head.weight if head.format == "BF16" else head.dequantized().to(torch.bfloat16)
+        logits = sv.ops.hidden_logits(hidden, head.weight, head.bias, head.format_code, head.dim)
+        greedy_tokens = logits[:k].argmax(-1)  # every draft token accepted
+        u0 = torch.zeros(k + 1, dtype=torch.float64)  # u = 0 accepts every token of positive weight
+        floor_bytes = head.weight.view(torch.uint8).reshape(-1)
+        floor_bytes = floor_bytes[: floor_bytes.numel() // 4 * 4].view(torch.float32)
+        hb = hidden.to(torch.bfloat16)
+        fns = {
+            "floor": lambda f=floor_bytes: torch.sum(f),
+            "torch_row": lambda: hb[:1] @ wb.T,
+            "naive_greedy": lambda: sv.verify_logits((hb @ wb.T).float(), logits[:k], greedy_tokens, temperature=0.0),
+            "ours_greedy": lambda: sv.verify_hidden(hidden, head, greedy_tokens, temperature=0.0),
+            "ours_sampled": lambda: sv.verify_hidden(hidden, head, greedy_tokens, temperature=1.0, uniforms=u0),
+        }
+        assert sv.verify_hidden(hidden, head, greedy_tokens, temperature=0.0)[0] == k
+        assert sv.verify_hidden(hidden, head, greedy_tokens, temperature=1.0, uniforms=u0)[0] == k
+        results[name] = interleaved_medians(fns, args.repeats)
+    load_after = os.getloadavg()
+    bars = {"bf16": 2.0, "q8_0": 2.5}
+    machine = (f"{cpu_name()}, {os.cpu_count()} cores, ISA {sv.build_info()['head_isa']}, {args.threads} thread(s), "
+               f"load average {load_before[0]:.1f} before / {load_after[0]:.1f} after")
+    print(f"verify_hidden, V = {v}, d = {d}, K+1 = {k + 1}; {machine}")
+    print(f"{'head':6} {'MB':>6} {'floor':>8} {'torch row':>10} {'naive':>8} {'greedy':>8} {'sampled':>8} "
+          f"{'g/floor':>8} {'s/floor':>8} {'g/row':>6} {'s/row':>6} {'naive/g':>8}")
+    for name, r in results.items():
+        mb = heads[name].nbytes / 1e6
+        print(f"{name:6} {mb:6.0f} {r['floor']:8.1f} {r['torch_row']:10.1f} {r['naive_greedy']:8.1f} "
+              f"{r['ours_greedy']:8.1f} {r['ours_sampled']:8.1f} {r['ours_greedy'] / r['floor']:7.2f}x "
+              f"{r['ours_sampled'] / r['floor']:7.2f}x {r['ours_greedy'] / r['torch_row']:5.2f}x "
+              f"{r['ours_sampled'] / r['torch_row']:5.2f}x {r['naive_greedy'] / r['ours_greedy']:7.2f}x")
+        print(f"       bars: greedy <= {bars[name]}x floor: {r['ours_greedy'] / r['floor'] <= bars[name]}; "
+              f"<= 1.5x torch row: {r['ours_greedy'] / r['torch_row'] <= 1.5}")
+    print("(times in ms, medians; contenders interleaved in one run)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "vocab": v, "dim": d, "rows": k + 1, "ms": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,598 @@
+"""Verification from hidden states: ``LMHead``, ``verify_hidden``, ``sample_hidden``.
+
+* the logits function (DESIGN.md, Note [LM head logits]): the C++ ``hidden_logits``
+  equals ``lm_head.reference_logits`` bit for bit, every dtype and Q8_0, odd
+  sizes, every compiled ISA, any thread count; the plain ``h @ W.T`` does not
+  (the order is a real constraint: negative control);
+* decisions: the one-pass op equals the reference; the reference equals
+  ``verify_logits`` / ``verify_sampled_ragged`` (point masses) on the
+  reference logits; greedy speculative chains equal plain greedy chains;
+* the sampled law, by exact enumeration of one op call's decision cells on a
+  tiny vocabulary, with a negative control;
+* laziness and bad input, on both paths.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from tests.test_match_reference import check_isa_script
+
+
+def mod(sv, name):
+    return importlib.import_module(f"{sv.__name__}.{name}")
+
+
+def q8_0_blocks(w: torch.Tensor) -> torch.Tensor:
+    """GGUF Q8_0 of float rows [V, d] (d % 32 == 0) as uint8 [V, d / 32 * 34]: ggml's
+    quantize_row_q8_0_ref (scale = amax / 127 in fp16, q = round(x / scale))."""
+    v, d = w.shape
+    blocks = w.float().reshape(v, d // 32, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    scale = amax / 127
+    inv = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
+    q = torch.round(blocks * inv).clamp(-127, 127).to(torch.int8)
+    s16 = scale.to(torch.float16)
+    raw = torch.cat([s16.view(torch.uint8).reshape(v, d // 32, 2), q.view(torch.uint8)], -1)
+    return raw.reshape(v, d // 32 * 34).contiguous()
+
+
+def heads(sv, vocab, dim, gen, bias=False):
+    w = torch.randn(vocab, dim, generator=gen) * 0.2
+    b = torch.randn(vocab, generator=gen) if bias else None
+    out = [sv.LMHead(w.to(dt), bias=b) for dt in (torch.float32, torch.float16, torch.bfloat16)]
+    if dim % 32 == 0:
+        out.append(sv.LMHead.q8_0(q8_0_blocks(w), dim, bias=b))
+    return out
+
+
+# ----------------------------------------------------------------------------
+# The logits function
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vocab,dim", [(1, 16), (7, 35), (777, 64), (1500, 96), (2100, 640)])
+def test_logits_equal_reference_bit_for_bit(sv, vocab, dim):
+    lm = mod(sv, "lm_head")
+    gen = torch.Generator().manual_seed(vocab + dim)
+    for head in heads(sv, vocab, dim, gen, bias=vocab % 2 == 1):
+        for rows in (1, 6):
+            h = torch.randn(rows, dim, generator=gen)
+            ref = lm.reference_logits(head, h)
+            fast = sv.ops.hidden_logits(h, head.weight, head.bias, head.format_code, head.dim)
+            assert torch.equal(ref, fast), (head, rows)
+            # It is a dot product (the order aside): close to float64's.
+            exact = h.double() @ head.dequantized().double().T
+            if head.bias is not None:
+                exact += head.bias.double()
+            assert torch.allclose(fast.double(), exact, rtol=1e-4, atol=1e-4 * math.sqrt(dim))
+
+
+def test_logit_order_is_a_real_constraint(sv):
+    # Negative control: torch's own matmul sums in another order, and the
+    # bit-for-bit comparison above sees the difference.
+    lm = mod(sv, "lm_head")
+    gen = torch.Generator().manual_seed(3)
+    head = sv.LMHead(torch.randn(1024, 640, generator=gen))
+    h = torch.randn(2, 640, generator=gen)
+    assert not torch.equal(lm.reference_logits(head, h), h @ head.weight.T)
+
+
+def test_fma_emulation_equals_the_hardware_fma(sv):
+    # With d = 17 and only elements 0 and 16 nonzero (h = 1 at 0, beta at 16), lane 0 is
+    # fma(a, beta, c) and every other lane 0: each logit is one hardware fma (AVX-512,
+    # AVX2 or std::fma). Near-cancelling triples probe the rounding; a plain multiply
+    # then add (the negative control) differs on some of them.
+    lm = mod(sv, "lm_head")
+    gen = torch.Generator().manual_seed(12)
+    n = 20000
+    a = torch.randn(n, generator=gen)
+    beta = torch.randn(1, generator=gen)
+    c = (-(a.double() * beta.double()) * (1 + torch.randn(n, generator=gen).double() * 1e-6)).float()
+    w = torch.zeros(n, 17)
+    w[:, 0], w[:, 16] = c, a
+    h = torch.zeros(1, 17)
+    h[0, 0], h[0, 16] = 1.0, beta
+    head = sv.LMHead(w)
+    emulated = lm.fma32(a, beta.expand(n), c)
+    assert torch.equal(sv.ops.hidden_logits(h, head.weight, None, 0, 17)[0], emulated)
+    assert torch.equal(lm.reference_logits(head, h)[0], emulated)
+    assert not torch.equal(torch.add(torch.mul(a, beta), c), emulated)
+
+
+def test_logits_do_not_depend_on_rows_or_threads(sv):
+    gen = torch.Generator().manual_seed(5)
+    head = sv.LMHead(torch.randn(20000, 64, generator=gen).to(torch.bfloat16))
+    h = torch.randn(7, 64, generator=gen)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = sv.ops.hidden_logits(h, head.weight, None, 0, 64)
+        rows = torch.cat([sv.ops.hidden_logits(h[i:i + 1], head.weight, None, 0, 64) for i in range(7)])
+        torch.set_num_threads(2)
+        two = sv.ops.hidden_logits(h, head.weight, None, 0, 64)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, rows) and torch.equal(one, two)
+
+
+HIDDEN_ISA_SCRIPT = """
+    import importlib, torch
+    from tools.kernel_loader import load_kernel
+    from tests.test_hidden import heads
+    sv = load_kernel()
+    lm = importlib.import_module(sv.__name__ + ".lm_head")
+    hr = importlib.import_module(sv.__name__ + ".hidden_reference")
+    print(sv.build_info()["head_isa"])
+    gen = torch.Generator().manual_seed(0)
+    bad = 0
+    for vocab, dim in [(7, 35), (1100, 64), (1500, 128)]:
+        for head in heads(sv, vocab, dim, gen, bias=True):
+            h = torch.randn(5, dim, generator=gen)
+            bad += not torch.equal(lm.reference_logits(head, h), sv.ops.hidden_logits(h, head.weight, head.bias,
+                                                                                       head.format_code, dim))
+            for t in (0.0, 1.0):
+                toks = torch.randint(0, vocab, (4,), generator=gen)
+                u = torch.rand(5, dtype=torch.float64, generator=gen)
+                bad += sv.verify_hidden(h, head, toks, temperature=t, uniforms=u) != hr.verify_hidden(
+                    h, head, toks, temperature=t, uniforms=u)
+    print(bad)
+    """
+
+
+@pytest.mark.native_only
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_each_instruction_set_computes_the_same_logits(sv, capability):
+    check_isa_script(sv, capability, HIDDEN_ISA_SCRIPT)
+
+
+def test_q8_0_dequantization_is_ggufs(sv):
+    # Dequantized = fp16 scale * int8, as the gguf package (ggml's Python twin) dequantizes.
+    gguf = pytest.importorskip("gguf")
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(50, 64, generator=gen)
+    raw = q8_0_blocks(w)
+    head = sv.LMHead.q8_0(raw, 64)
+    theirs = gguf.quants.dequantize(raw.numpy(), gguf.GGMLQuantizationType.Q8_0)
+    assert torch.equal(head.dequantized(), torch.from_numpy(theirs).float().reshape(50, 64))
+    assert (head.dequantized() - w).abs().max() < 0.05  # and it is a quantization of w
+
+
+# ----------------------------------------------------------------------------
+# Decisions
+# ----------------------------------------------------------------------------
+
+
+def cases(sv, gen, vocab, dim, k):
+    """(head, hidden, tokens) with all-accepted, first-rejected and mixed drafts."""
+    lm = mod(sv, "lm_head")
+    for head in heads(sv, vocab, dim, gen):
+        for trial in range(4):
+            h = torch.randn(k + 1, dim, generator=gen) * (1 + 2 * trial)
+            best = lm.reference_logits(head, h)[:k].argmax(-1)
+            toks = torch.randint(0, vocab, (k,), generator=gen)
+            if trial % 3 == 0:
+                toks = best
+            elif trial % 3 == 1:
+                toks[: k // 2] = best[: k // 2]
+            yield head, h, toks
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.6, 1.0, 1.7])
+def test_one_pass_op_equals_reference(sv, temperature):
+    hr = mod(sv, "hidden_reference")
+    gen = torch.Generator().manual_seed(int(temperature * 10))
+    seen = set()
+    for head, h, toks in cases(sv, gen, 1100, 64, 4):
+        for _ in range(2):
+            u = torch.rand(5, dtype=torch.float64, generator=gen)
+            ours = sv.verify_hidden(h, head, toks, temperature=temperature, uniforms=u)
+            assert ours == hr.verify_hidden(h, head, toks, temperature=temperature, uniforms=u)
+            seen.add(ours[0])
+    assert len(seen) >= 3  # accepted lengths of several sizes were exercised
+
+
+def test_reference_equals_verify_logits_on_its_logits(sv):
+    lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
+    gen = torch.Generator().manual_seed(11)
+    for head, h, toks in cases(sv, gen, 700, 32, 3):
+        logits = lm.reference_logits(head, h)
+        draft = logits[:3] + torch.randn(3, 700, generator=gen)
+        for kw in ({"temperature": 0.9, "top_k": 40}, {"temperature": 1.1, "top_p": 0.8}):
+            dtoks = sv.sample_draft(draft, generator=gen, **kw)
+            u = torch.rand(4, dtype=torch.float64, generator=gen)
+            # Draft logits given: verify_logits itself (token and block).
+            for method in ("token", "block"):
+                want = sv.verify_logits(logits, draft, dtoks, uniforms=u, method=method, **kw)
+                assert sv.verify_hidden(h, head, dtoks, draft, uniforms=u, method=method, **kw) == want
+                assert hr.verify_hidden(h, head, dtoks, draft, uniforms=u, method=method, **kw) == want
+            # Point masses: verify_sampled_ragged without draft rows, on the warped weights.
+            w = sv.warp_probs(logits, normalize=False, **kw)
+            n, x = sv.verify_sampled_ragged(w, None, toks, torch.tensor([3]), uniforms=u)
+            assert sv.verify_hidden(h, head, toks, uniforms=u, **kw) == (int(n), int(x))
+        # Temperature only, point masses (the one-pass op) and greedy.
+        u = torch.rand(4, dtype=torch.float64, generator=gen)
+        n, x = sv.verify_sampled_ragged(sv.warp_probs(logits, normalize=False), None, toks, torch.tensor([3]),
+                                        uniforms=u)
+        assert sv.verify_hidden(h, head, toks, uniforms=u) == (int(n), int(x))
+        assert sv.verify_hidden(h, head, toks, temperature=0.0) == sv.verify_greedy(logits, toks)
+
+
+def test_sample_hidden_equals_sample_draft_on_the_logits(sv):
+    lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
+    gen = torch.Generator().manual_seed(2)
+    for head in heads(sv, 1300, 64, gen):
+        h = torch.randn(6, 64, generator=gen) * 2
+        logits = lm.reference_logits(head, h)
+        for kw in ({"temperature": 0.0}, {"temperature": 0.8}, {"temperature": 1.0, "top_k": 30}):
+            u = torch.rand(6, dtype=torch.float64, generator=gen)
+            want = sv.sample_draft(logits, uniforms=u, **kw)
+            assert torch.equal(sv.sample_hidden(h, head, uniforms=u, **kw), want)
+            assert torch.equal(hr.sample_hidden(h, head, uniforms=u, **kw), want)
+
+
+def test_decisions_do_not_depend_on_threads(sv):
+    gen = torch.Generator().manual_seed(8)
+    head = sv.LMHead(torch.randn(30000, 64, generator=gen).to(torch.bfloat16))
+    threads = torch.get_num_threads()
+    results = {}
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            g = torch.Generator().manual_seed(0)
+            hg = torch.Generator().manual_seed(1)
+            results[n] = [sv.verify_hidden(torch.randn(5, 64, generator=hg) * 3, head,
+                                           torch.randint(0, 30000, (4,), generator=hg), temperature=t, generator=g)
+                          for t in (0.0, 1.0, 0.5) for _ in range(4)]
+    finally:
+        torch.set_num_threads(threads)
+    assert results[1] == results[2]
+
+
+class _ToyTarget:
+    """Hidden states that depend on the whole prefix (a fixed random map), for chains."""
+
+    def __init__(self, vocab, dim, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.emb = torch.randn(vocab, dim, generator=g)
+        self.pos = torch.randn(dim, generator=g)
+
+    def hidden(self, seq: list[int]) -> torch.Tensor:
+        # Row j: the state after seq[: j + 1].
+        out, state = [], torch.zeros_like(self.pos)
+        for j, t in enumerate(seq):
+            state = torch.tanh(0.7 * state + self.emb[t] + 0.1 * j * self.pos)
+            out.append(state * 3)
+        return torch.stack(out)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_greedy_speculation_equals_plain_greedy(sv, fast):
+    hr = mod(sv, "hidden_reference")
+    verify = sv.verify_hidden if fast else hr.verify_hidden
+    sample = sv.sample_hidden if fast else hr.sample_hidden
+    vocab, dim = 300, 32
+    toy = _ToyTarget(vocab, dim, 0)
+    head = sv.LMHead((torch.randn(vocab, dim, generator=torch.Generator().manual_seed(1)) * 0.5).to(torch.bfloat16))
+    prompt, steps = [3, 1, 4], 24
+    plain = list(prompt)
+    while len(plain) < len(prompt) + steps:
+        plain.append(int(sample(toy.hidden(plain)[-1:], head, temperature=0.0)[0]))
+    g = torch.Generator().manual_seed(2)
+    spec, rounds, accepted = list(prompt), 0, 0
+    while len(spec) < len(prompt) + steps:
+        # A draft right most of the time: the true continuation, with random slips.
+        k = 3
+        truth = plain[len(spec):len(spec) + k]
+        draft = [t if torch.rand(1, generator=g) < 0.7 else int(torch.randint(0, vocab, (1,), generator=g))
+                 for t in truth] + [0] * (k - len(truth))
+        h = toy.hidden(spec + draft)[len(spec) - 1:]
+        n, nxt = verify(h, head, torch.tensor(draft), temperature=0.0)
+        spec += draft[:n] + [nxt]
+        rounds, accepted = rounds + 1, accepted + n
+    assert spec[:len(plain)] == plain
+    assert accepted > 0 and rounds < steps  # speculation did accept tokens
+
+
+# ----------------------------------------------------------------------------
+# The sampled law of one call, by exact enumeration of its decision cells
+# ----------------------------------------------------------------------------
+
+BISECT = 60
+
+
+def _bisect(pred) -> float:
+    """sup{u in [0, 1): pred(u)} for a predicate true on [0, b) and false after."""
+    lo, hi = 0.0, 1.0
+    if not pred(0.0):
+        return 0.0
+    for _ in range(BISECT):
+        mid = (lo + hi) / 2
+        if mid <= lo or mid >= hi:  # below a float64 ulp: done
+            break
+        if pred(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def measured_law(decide, k: int, vocab: int) -> dict:
+    """{(n, x): measure} of decide(u) over the uniform cube: accept i iff u_i below a
+    threshold (bisected), the emitted token a nondecreasing step function of u_K."""
+    law, reach = {}, 1.0
+    for n in range(k + 1):
+        prefix = [0.0] * n
+        if n < k:
+            c = _bisect(lambda v: decide(prefix + [v] + [0.0] * (k - n))[0] > n)
+            if c >= math.nextafter(1.0, 0.0):  # never rejected here (to a float64 ulp)
+                reach *= c
+                continue
+            stop = [(c + 1.0) / 2]  # rejects at n
+            weight = reach * (1.0 - c)
+        else:
+            stop, c, weight = [], 1.0, reach
+        prev = 0.0
+        for x in range(vocab):
+            b = _bisect(lambda v: decide(prefix + stop + [0.0] * (k - n - len(stop)) + [v])[1] <= x)
+            if b > prev:
+                law[(n, x)] = law.get((n, x), 0.0) + weight * (b - prev)
+            prev = b
+        reach *= c
+    return law
+
+
+def exact_law(weights: torch.Tensor, tokens: list[int]) -> dict:
+    """Point-mass speculative sampling's law: P(n, x) = prod_{j<n} p_j(t_j) * p_n(x) [x != t_n]
+    (n < K), prod_j p_j(t_j) * p_K(x) (n = K), from the warped weights' float64 rows."""
+    p = weights.double() / weights.double().sum(-1, keepdim=True)
+    k = len(tokens)
+    law, reach = {}, 1.0
+    for n in range(k + 1):
+        for x in range(p.shape[1]):
+            mass = reach * float(p[n, x]) * (1.0 if n == k or x != tokens[n] else 0.0)
+            if mass > 0:
+                law[(n, x)] = mass
+        if n < k:
+            reach *= float(p[n, tokens[n]])
+    return law
+
+
+def _law_gap(a: dict, b: dict) -> float:
+    return max(abs(a.get(key, 0.0) - b.get(key, 0.0)) for key in set(a) | set(b))
+
+
+@pytest.mark.parametrize("path", ["fast", "reference"])
+def test_sampled_law_by_enumeration(sv, path):
+    lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
+    vocab, dim, k, temperature = 5, 16, 2, 0.9
+    gen = torch.Generator().manual_seed(4)
+    head = sv.LMHead(torch.randn(vocab, dim, generator=gen).to(torch.bfloat16))
+    h = torch.randn(k + 1, dim, generator=gen)
+    tokens = [1, 3]
+    weights = sv.warp_probs(lm.reference_logits(head, h), temperature=temperature, normalize=False)
+    verify = sv.verify_hidden if path == "fast" else hr.verify_hidden
+
+    def decide(u):
+        return verify(h, head, torch.tensor(tokens), temperature=temperature,
+                      uniforms=torch.tensor(u, dtype=torch.float64))
+
+    assert _law_gap(measured_law(decide, k, vocab), exact_law(weights, tokens)) < 1e-9
+
+    # Negative control: the correction drawn from p itself (t not removed) is off the law.
+    def broken(u):
+        n, x = decide(u)
+        if n < k:
+            x = sv.reference.inverse_cdf(weights[n].double(), u[k])
+        return n, x
+
+    assert _law_gap(measured_law(broken, k, vocab), exact_law(weights, tokens)) > 1e-3
+
+
+# ----------------------------------------------------------------------------
+# Laziness and bad input
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["fast", "reference"])
+def test_rows_after_the_first_rejection_are_never_read(sv, path):
+    hr = mod(sv, "hidden_reference")
+    verify = sv.verify_hidden if path == "fast" else hr.verify_hidden
+    gen = torch.Generator().manual_seed(6)
+    head = sv.LMHead(torch.randn(600, 32, generator=gen))
+    h = torch.randn(4, 32, generator=gen)
+    best0 = int(mod(sv, "lm_head").reference_logits(head, h[:1]).argmax())
+    toks = torch.tensor([(best0 + 1) % 600, 5, 6])  # rejected at 0 when greedy
+    h[1:] = float("nan")
+    assert verify(h, head, toks, temperature=0.0)[0] == 0
+    # Sampled: u_0 = 0.999 rejects token 0 (its probability is far below).
+    u = torch.tensor([0.999, 0.5, 0.5, 0.3], dtype=torch.float64)
+    assert verify(h, head, toks, temperature=1.0, uniforms=u)[0] == 0
+    with pytest.raises(ValueError, match=r"logits\[1, 0\] is NaN"):
+        verify(h, head, torch.tensor([best0, 5, 6]), temperature=0.0)
+    with pytest.raises(ValueError, match=r"logits\[1, 0\] is nan: logits must be finite"):
+        verify(h, head, torch.tensor([best0, 5, 6]), temperature=1.0,
+               uniforms=torch.tensor([0.0, 0.5, 0.5, 0.3], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("path", ["fast", "reference"])
+def test_bad_input_is_named(sv, path):
+    hr = mod(sv, "hidden_reference")
+    verify = sv.verify_hidden if path == "fast" else hr.verify_hidden
+    sample = sv.sample_hidden if path == "fast" else hr.sample_hidden
+    head = sv.LMHead(torch.randn(50, 16))
+    h, toks = torch.randn(3, 16), torch.tensor([1, 2])
+    with pytest.raises(TypeError, match="head must be a spec_verify.LMHead"):
+        verify(h, torch.randn(50, 16), toks)
+    with pytest.raises(TypeError, match="hidden must be float32"):
+        verify(h.double(), head, toks)
+    with pytest.raises(ValueError, match=r"hidden must be \[K\+1, d\]"):
+        verify(h[:2], head, toks)
+    with pytest.raises(ValueError, match=r"hidden must be \[K\+1, d\]"):
+        verify(torch.randn(3, 15), head, toks)
+    with pytest.raises(TypeError, match="draft_tokens must be int64 or int32"):
+        verify(h, head, toks.float())
+    with pytest.raises(IndexError, match="outside \\[0, V\\) with V = 50"):
+        verify(h, head, torch.tensor([1, 50]))
+    with pytest.raises(ValueError, match=r"draft_logits must be \[K, V\]"):
+        verify(h, head, toks, torch.randn(2, 49))
+    with pytest.raises(ValueError, match="temperature must be"):
+        verify(h, head, toks, temperature=-1.0)
+    with pytest.raises(TypeError, match="temperature"):
+        verify(h, head, toks, temperature="hot")
+    with pytest.raises(ValueError, match="uniforms"):
+        verify(h, head, toks, uniforms=torch.rand(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match='method must be "token" or "block"'):
+        verify(h, head, toks, method="tree")
+    with pytest.raises(ValueError, match=r"hidden must be \[n, d\]"):
+        sample(torch.randn(2, 15), head)
+    with pytest.raises(ValueError, match="uniforms"):
+        sample(h, head, uniforms=torch.rand(2, dtype=torch.float64))
+
+
+def test_lm_head_bad_input_is_named(sv, tmp_path):
+    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
+        sv.LMHead([[1.0]])
+    with pytest.raises(TypeError, match="weight must be float32, float16 or bfloat16"):
+        sv.LMHead(torch.ones(3, 4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="weight must have 2 dimensions"):
+        sv.LMHead(torch.ones(3))
+    with pytest.raises(ValueError, match=r"bias must have shape \[V\]"):
+        sv.LMHead(torch.ones(3, 4), bias=torch.ones(4))
+    with pytest.raises(ValueError, match="softcap must be positive"):
+        sv.LMHead(torch.ones(3, 4), softcap=-1.0)
+    with pytest.raises(TypeError, match="softcap must be a real number"):
+        sv.LMHead(torch.ones(3, 4), softcap="30")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        sv.LMHead.q8_0(torch.zeros(34, dtype=torch.uint8), 16)
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"NOPE" + bytes(40))
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        sv.LMHead.from_gguf(not_gguf)
+
+
+def _tiny_gguf(path, tensors, alignment=None):
+    """A GGUF v3 file by hand: {name: (ggml_type, dims (ne0 first), raw bytes)}."""
+    import struct
+
+    def s(text):
+        b = text.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    kv = [(s("general.architecture"), struct.pack("<I", 8) + s("llama"))]
+    if alignment:
+        kv.append((s("general.alignment"), struct.pack("<I", 4) + struct.pack("<I", alignment)))
+    align = alignment or 32
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv)) + b"".join(k + v for k, v in kv)
+    infos, data, offset = b"", b"", 0
+    for name, (gtype, dims, raw) in tensors.items():
+        infos += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        infos += struct.pack("<IQ", gtype, offset)
+        pad = (-len(raw)) % align
+        data += raw + bytes(pad)
+        offset += len(raw) + pad
+    body = head + infos
+    body += bytes((-len(body)) % align)
+    path.write_bytes(body + data)
+
+
+def test_from_gguf_reads_types_in_place(sv, tmp_path):
+    gen = torch.Generator().manual_seed(9)
+    w = torch.randn(40, 64, generator=gen)
+    raw = q8_0_blocks(w)
+    p = tmp_path / "h.gguf"
+    _tiny_gguf(p, {"token_embd.weight": (8, (64, 40), raw.numpy().tobytes()),
+                   "blk.0.x": (0, (3,), torch.ones(3).numpy().tobytes())}, alignment=64)
+    head = sv.LMHead.from_gguf(p)
+    assert (head.format, head.vocab, head.dim) == ("Q8_0", 40, 64)
+    assert torch.equal(head.weight, raw)
+    p2 = tmp_path / "o.gguf"
+    _tiny_gguf(p2, {"output.weight": (30, (64, 40), w.to(torch.bfloat16).view(torch.uint8).numpy().tobytes()),
+                    "token_embd.weight": (0, (64, 40), w.numpy().tobytes())})
+    head = sv.LMHead.from_gguf(p2)  # output.weight first
+    assert head.format == "BF16" and torch.equal(head.weight, w.to(torch.bfloat16))
+    assert torch.equal(sv.LMHead.from_gguf(p2, "token_embd.weight").weight, w)
+    p3 = tmp_path / "q4.gguf"
+    _tiny_gguf(p3, {"output.weight": (2, (64, 40), bytes(40 * 2 * 18))})
+    with pytest.raises(ValueError, match="is Q4_0; LMHead reads F32, F16, BF16 or Q8_0"):
+        sv.LMHead.from_gguf(p3)
+    with pytest.raises(ValueError, match="no tensor 'nope'"):
+        sv.LMHead.from_gguf(p2, "nope")
+
+
+GGUF_TARGET = "models/gguf/target.gguf"
+
+
+def _gguf_path():
+    import pathlib
+
+    here = pathlib.Path(__file__).resolve().parents[1] / GGUF_TARGET
+    if not here.is_file():
+        pytest.skip(f"{GGUF_TARGET} is made by `make gguf`")
+    return here
+
+
+def test_from_gguf_on_the_shipped_target(sv):
+    gguf = pytest.importorskip("gguf")
+    path = _gguf_path()
+    head = sv.LMHead.from_gguf(path)
+    reader = gguf.GGUFReader(str(path))
+    names = {t.name: t for t in reader.tensors}
+    info = names.get("output.weight") or names["token_embd.weight"]
+    theirs = torch.from_numpy(gguf.quants.dequantize(info.data, info.tensor_type).copy()).float()
+    assert head.format == "F32" and torch.equal(head.dequantized(), theirs.reshape(head.vocab, head.dim))
+
+
+@pytest.mark.native_only
+def test_from_gguf_q8_0_of_the_shipped_target(sv, tmp_path):
+    # The converter's q8_0 GGUF of the same target: read in place, equal to gguf's dequantization,
+    # and the one-pass op equals the reference on it.
+    gguf = pytest.importorskip("gguf")
+    import subprocess
+    import sys
+    import pathlib
+
+    _gguf_path()
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "integrations.llama_cpp.hf_to_gguf", "--dtype", "q8_0", "--out",
+                    str(tmp_path)], cwd=repo, check=True, capture_output=True)
+    path = tmp_path / "target.gguf"
+    head = sv.LMHead.from_gguf(path)
+    reader = gguf.GGUFReader(str(path))
+    names = {t.name: t for t in reader.tensors}
+    info = names.get("output.weight") or names["token_embd.weight"]
+    if info.tensor_type != gguf.GGMLQuantizationType.Q8_0:
+        pytest.skip(f"the converter wrote the head as {info.tensor_type.name}")
+    assert head.format == "Q8_0"
+    theirs = torch.from_numpy(gguf.quants.dequantize(info.data, info.tensor_type).copy()).float()
+    assert torch.equal(head.dequantized(), theirs.reshape(head.vocab, head.dim))
+    hr = mod(sv, "hidden_reference")
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(4, head.dim, generator=gen)
+    toks = torch.randint(0, head.vocab, (3,), generator=gen)
+    for t in (0.0, 1.0):
+        u = torch.rand(4, dtype=torch.float64, generator=gen)
+        assert sv.verify_hidden(h, head, toks, temperature=t, uniforms=u) == hr.verify_hidden(
+            h, head, toks, temperature=t, uniforms=u)
+
+
+@pytest.mark.native_only
+@pytest.mark.parametrize("name", ["gemma-3-270m-q4_k_m.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"])
+def test_from_gguf_on_the_real_models(sv, name):
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "models" / "real" / name
+    if not path.is_file():
+        pytest.skip("models/real/ is made by `make real-models`")
+    gguf = pytest.importorskip("gguf")
+    head = sv.LMHead.from_gguf(path)
+    reader = gguf.GGUFReader(str(path))
+    names = {t.name: t for t in reader.tensors}
+    info = names.get("output.weight") or names["token_embd.weight"]
+    assert (head.vocab, head.dim) == (int(info.shape[1]), int(info.shape[0]))
+    rows = torch.from_numpy(gguf.quants.dequantize(info.data[:64], info.tensor_type).copy()).float()
+    assert torch.equal(head.dequantized(0, 64), rows.reshape(64, head.dim))
