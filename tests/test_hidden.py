@@ -150,9 +150,10 @@ def test_each_instruction_set_computes_the_same_logits(sv, capability):
     check_isa_script(sv, capability, HIDDEN_ISA_SCRIPT)
 
 
+@pytest.mark.llama_cpp  # gguf, installed with the llama.cpp integration's pins
 def test_q8_0_dequantization_is_ggufs(sv):
     # Dequantized = fp16 scale * int8, as the gguf package (ggml's Python twin) dequantizes.
-    gguf = pytest.importorskip("gguf")
+    import gguf
     gen = torch.Generator().manual_seed(1)
     w = torch.randn(50, 64, generator=gen)
     raw = q8_0_blocks(w)
@@ -532,12 +533,14 @@ def _gguf_path():
 
     here = pathlib.Path(__file__).resolve().parents[1] / GGUF_TARGET
     if not here.is_file():
-        pytest.skip(f"{GGUF_TARGET} is made by `make gguf`")
+        pytest.fail(f"{GGUF_TARGET} missing: `make gguf` makes it (make test does)")
     return here
 
 
+@pytest.mark.llama_cpp  # gguf (the llama.cpp integration's pin) and models/gguf/, which make test makes
+@pytest.mark.native_only  # the emulated root stages no models/
 def test_from_gguf_on_the_shipped_target(sv):
-    gguf = pytest.importorskip("gguf")
+    import gguf
     path = _gguf_path()
     head = sv.LMHead.from_gguf(path)
     reader = gguf.GGUFReader(str(path))
@@ -547,11 +550,12 @@ def test_from_gguf_on_the_shipped_target(sv):
     assert head.format == "F32" and torch.equal(head.dequantized(), theirs.reshape(head.vocab, head.dim))
 
 
+@pytest.mark.llama_cpp
 @pytest.mark.native_only
 def test_from_gguf_q8_0_of_the_shipped_target(sv, tmp_path):
     # The converter's q8_0 GGUF of the same target: read in place, equal to gguf's dequantization,
     # and the one-pass op equals the reference on it.
-    gguf = pytest.importorskip("gguf")
+    import gguf
     import subprocess
     import sys
     import pathlib
@@ -565,8 +569,7 @@ def test_from_gguf_q8_0_of_the_shipped_target(sv, tmp_path):
     reader = gguf.GGUFReader(str(path))
     names = {t.name: t for t in reader.tensors}
     info = names.get("output.weight") or names["token_embd.weight"]
-    if info.tensor_type != gguf.GGMLQuantizationType.Q8_0:
-        pytest.skip(f"the converter wrote the head as {info.tensor_type.name}")
+    assert info.tensor_type == gguf.GGMLQuantizationType.Q8_0, f"the converter wrote {info.tensor_type.name}"
     assert head.format == "Q8_0"
     theirs = torch.from_numpy(gguf.quants.dequantize(info.data, info.tensor_type).copy()).float()
     assert torch.equal(head.dequantized(), theirs.reshape(head.vocab, head.dim))
@@ -580,15 +583,16 @@ def test_from_gguf_q8_0_of_the_shipped_target(sv, tmp_path):
             h, head, toks, temperature=t, uniforms=u)
 
 
+@pytest.mark.llama_cpp
 @pytest.mark.native_only
 @pytest.mark.parametrize("name", ["gemma-3-270m-q4_k_m.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"])
 def test_from_gguf_on_the_real_models(sv, name):
     import pathlib
 
+    import gguf
+
     path = pathlib.Path(__file__).resolve().parents[1] / "models" / "real" / name
-    if not path.is_file():
-        pytest.skip("models/real/ is made by `make real-models`")
-    gguf = pytest.importorskip("gguf")
+    assert path.is_file(), "models/real/ missing: `make real-models` makes it (make test does)"
     head = sv.LMHead.from_gguf(path)
     reader = gguf.GGUFReader(str(path))
     names = {t.name: t for t in reader.tensors}
