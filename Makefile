@@ -117,7 +117,7 @@ test-aarch64: $(STAMP) ## the tests on aarch64 (NEON) under qemu-user emulation 
 # The suite on an ASan + UBSan build of the kernel (tools/test_asan.sh):
 # built into .cache/asan/build/, never build/; fails on any sanitizer report.
 .PHONY: test-asan
-test-asan: $(STAMP) ## the tests on an AddressSanitizer + UBSan build (opt-in; slow)
+test-asan: build gguf real-models ## the tests on an AddressSanitizer + UBSan build (opt-in; slow; needs what make test needs)
 	bash tools/test_asan.sh
 
 # kernel-abi-check, in its own venv (a tool, not a project dependency).
