@@ -22,9 +22,9 @@ tokens per second (DESIGN.md, "k = auto"):
   positions (per batch size): robust to a noisy machine's outliers. An ``n``
   never measured is allowed up to twice the longest measured (exploration
   by doubling), priced optimistically at the longest measured cost; a gap
-  below it is interpolated. The first two rounds (per batch size) are
-  plain steps, and ``c_target(1)`` is their minimum until it has 3 samples,
-  so a first call's warm-up cannot make plain decoding look slow; the next size up from the best,
+  below it is interpolated. The first rounds (per batch size) are
+  plain steps until ``c_target(1)`` has 3 samples, so a first call's warm-up
+  cannot make plain decoding look slow; the next size up from the best,
   while it has fewer than 3 samples and is predicted within 0.8x of the
   best, is measured again, so one slow outlier cannot stall the climb;
 * ``c_draft`` is the median draft time per proposed token (~0 for prompt
@@ -58,10 +58,9 @@ __all__ = ["AutoCost"]
 
 _PRIOR_ALPHA = 0.5  # acceptance assumed at position 0 before any evidence
 _PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any evidence
-_MIN_SAMPLES = 3  # samples before one size's median is trusted
-_BASELINE_STEPS = 2  # plain steps measured before any speculation (c(1) is their minimum until 3)
+_MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before one size's median is trusted
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
-_PRIOR_WEIGHT = 0.1  # its weight, in rounds' worth of evidence: evidence soon outweighs it
+_PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 
 
 class AutoCost:
@@ -73,7 +72,7 @@ class AutoCost:
         Largest ``k`` ever chosen.
     window : int, default 9
         Samples kept per measured cost (their median is the estimate).
-    decay : float, default 0.6
+    decay : float, default 0.5
         Forgetting factor of a sequence's acceptance evidence per round that
         drafted for it, in ``(0, 1]``.
     idle_decay : float, default 0.95
@@ -87,7 +86,7 @@ class AutoCost:
     (``new_run``).
     """
 
-    def __init__(self, k_max: int, window: int = 9, decay: float = 0.6, idle_decay: float = 0.95) -> None:
+    def __init__(self, k_max: int, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95) -> None:
         self.k_max = k_max
         self.window = window
         self.decay = decay
@@ -156,10 +155,7 @@ class AutoCost:
 
     def target_cost(self, batch: int, positions: int):
         """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet)."""
-        # Plain steps' cost: the minimum of fewer than 3 samples (a first call's warm-up is an outlier
-        # upwards, and a low c(1) only makes speculation look less worth it: the safe side).
-        measured = {n: (min(s) if n == 1 and len(s) < _MIN_SAMPLES else statistics.median(s))
-                    for (b, n), s in self._target.items() if b == batch and s}
+        measured = {n: statistics.median(s) for (b, n), s in self._target.items() if b == batch and s}
         if positions in measured:
             return measured[positions]
         if not measured:
@@ -201,9 +197,9 @@ class AutoCost:
             reaches.append((reach, cap))
         candidates = []  # (rate, -k, tokens, seconds): ties go to the smaller k
         for k in range(min(self.k_max, max(caps)) + 1):
-            if k == 0 and len(self._target.get((batch, 1), ())) < _BASELINE_STEPS:
-                # The baseline first: plain steps (no loss against plain decoding); c(1) is their
-                # minimum until it is a median of 3, so a first call's warm-up cannot make plain look slow.
+            if k == 0 and len(self._target.get((batch, 1), ())) < _MIN_SAMPLES:
+                # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
+                # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
                 return 0, None
             cost = self._expected_target_cost(batch, k, reaches)
             if cost is None:
