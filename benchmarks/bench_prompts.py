@@ -1,22 +1,17 @@
-"""The bench's prompts: ``examples.prompts`` (the shared set) when it is there, else these.
+"""The bench's prompts: the real models' from ``examples.prompts`` (the shared set), the shipped pair's here.
 
 Two kinds, as issue 23 asks: ``grounded`` (the output should quote or edit
 the input: a passage to quote, code to refactor) and ``open`` (open-ended
-prose, where the output has little to copy). The real models get text
-prompts (Gemma 3 270M is a base model: no chat template); the shipped pair,
-trained on Python source only, gets code.
+prose, where the output has little to copy). The real models get
+``examples.prompts``' text prompts (Gemma 3 270M is a base model: no chat
+template); the shipped pair, trained on Python source only, gets code.
 """
 
 from __future__ import annotations
 
-KINDS = ("grounded", "open")
+from examples import prompts as shared
 
-_PASSAGE = (
-    "The lighthouse at Point Reyes was built in 1870 and stands on a cliff 272 feet above the Pacific Ocean. "
-    "Its first-order Fresnel lens, made in France, has 1,032 pieces of glass and could be seen 24 miles out to sea. "
-    "Keepers climbed 308 steps each night to wind the clockwork that turned the lens, and wrote in their logbooks "
-    "of fog that lasted for weeks. The light was automated in 1975, and the old lens still turns for visitors "
-    "on weekends.")
+KINDS = shared.KINDS
 
 _CODE = '''def total_price(items, tax_rate):
     total = 0
@@ -26,21 +21,6 @@ _CODE = '''def total_price(items, tax_rate):
     total = total + total * tax_rate
     return round(total, 2)
 '''
-
-REAL = {
-    "grounded": [
-        f"Passage: {_PASSAGE}\n\nThe passage above, copied word for word:\n{_PASSAGE[:60]}",
-        f"Passage: {_PASSAGE}\n\nQuestion: How many steps did the keepers climb, and why? "
-        "Answer with a quote from the passage.\nAnswer: The passage says: \"",
-        f"Rename the function total_price to order_total and keep everything else the same.\n\n```python\n{_CODE}```"
-        "\n\nThe same code with the function renamed:\n\n```python\ndef order_total(items, tax_rate):\n",
-    ],
-    "open": [
-        "Write a short story about a fox who learns to read.\n\nOnce upon a time,",
-        "The three most important inventions of the twentieth century were",
-        "Dear Maria,\n\nThank you for your letter. Since you asked about my trip,",
-    ],
-}
 
 PAIR = {
     "grounded": [
@@ -64,10 +44,7 @@ def prompts(family: str, kind: str) -> list:
         raise ValueError(f"unknown prompt kind {kind!r}; known: {', '.join(KINDS)}")
     if family not in ("real", "pair"):
         raise ValueError(f"unknown model family {family!r}; known: real, pair")
-    shared = _shared(family, kind)
-    if shared is not None:
-        return shared
-    return list((REAL if family == "real" else PAIR)[kind])
+    return shared.bench_prompts(family, kind) if family == "real" else list(PAIR[kind])
 
 
 def spread(texts: list, n: int) -> list:
@@ -79,19 +56,3 @@ def spread(texts: list, n: int) -> list:
     if n == 1:
         return [texts[0]]
     return [texts[round(i * (len(texts) - 1) / (n - 1))] for i in range(n)]
-
-
-def _shared(family: str, kind: str):
-    """``examples.prompts``' set for this family and kind, if it offers one (None: use ours)."""
-    try:
-        from examples import prompts as shared
-    except ImportError:
-        return None
-    fn = getattr(shared, "bench_prompts", None)
-    if fn is None:
-        return None
-    try:
-        out = fn(family, kind)
-    except (TypeError, ValueError, KeyError):
-        return None
-    return list(out) if out else None
