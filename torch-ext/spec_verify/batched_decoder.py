@@ -68,6 +68,8 @@ from .decode_checks import (
 from .cost_model import AutoCost
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping
+from .hidden import verify_hidden
+from .lm_head import LMHead
 from .logits import verify_logits_batched
 from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
 
@@ -145,7 +147,7 @@ class _DecodeLoop:
     def __init__(self, draft_step, target_step, k: int | str = 4, greedy: bool = True, eos_token_id=None,
                  generator: torch.Generator | None = None, *,
                  warping: LogitsWarping | Mapping | None = None, method: str = "token",
-                 k_max: int | None = None) -> None:
+                 k_max: int | None = None, head: LMHead | None = None) -> None:
         if not callable(draft_step):
             raise TypeError(f"draft_step must be callable, got {type(draft_step).__name__}")
         if not callable(target_step):
@@ -177,6 +179,14 @@ class _DecodeLoop:
         # Greedy verification (only target argmaxes read): greedy mode, or sampling at temperature 0.
         self._argmax_only = self.greedy or (self.warping is not None and self.warping.greedy)
         self._rows = "probs" if self.warping is None else "logits"
+        # head=: target_step returns hidden states and the head makes the logits inside the
+        # op (verify_hidden; DESIGN.md, "Hidden states in the decoder").
+        self.head = _resolve_head(head, target_step)
+        if self.head is not None and not self._argmax_only and self.warping is None:
+            raise ValueError(
+                "head= verifies the head's logits, so sampled mode needs the warping they are verified under "
+                "(warping=, or a callback's warping attribute); the draft's rows, if any, are then logits"
+            )
         self.stats: DecodeStats | None = None
         self._vocab: int | None = None
 
@@ -273,10 +283,22 @@ class _DecodeLoop:
         """The target's ``[n, k_round + 1, V]`` rows for the proposals, in one call."""
         n, k_round = draft_tokens.shape
         where = f"target_step(prefixes, proposed, rows) with proposed of shape ({n}, {k_round})"
+        if self.head is not None:
+            return self._check_hidden(self.target_step(prefixes, draft_tokens, rows), where, (n, k_round + 1),
+                                      f"[{n}, {k_round + 1}, d] (len(proposed[b]) + 1 hidden rows per sequence)")
         result = check_rows(self.target_step(prefixes, draft_tokens, rows), where, "target_" + self._rows,
                             (n, k_round + 1), f"[{n}, {k_round + 1}, V] (len(proposed[b]) + 1 rows per sequence)")
         self._check_vocab(result.shape[-1], where)
         return result
+
+    def _check_hidden(self, value, where: str, lead: tuple, expected: str) -> torch.Tensor:
+        """target_step's hidden states ``[*lead, d]`` for ``head=``, or an error naming the callback."""
+        hidden = check_rows(value, where, "target_hidden", lead, expected)
+        if hidden.shape[-1] != self.head.dim:
+            raise ValueError(f"{where} returned target_hidden of shape {tuple(hidden.shape)}: the head "
+                             f"({self.head}) takes d = {self.head.dim}")
+        self._check_vocab(self.head.vocab, where)
+        return hidden
 
     def _check_vocab(self, vocab: int, where: str) -> None:
         """The target's V may not change within a run."""
@@ -294,8 +316,10 @@ class _DecodeLoop:
         """Per sequence: ``(accepted count, correction or bonus token)``, as two lists of ints."""
         n, k_round = draft_tokens.shape
         where = f"draft_step(prefixes, k={k_round}, rows) for {n} sequences"
-        check_draft_against_target(draft_tokens, budgets, draft_rows, target_rows.shape[-1], where, self._rows,
+        check_draft_against_target(draft_tokens, budgets, draft_rows, self._vocab, where, self._rows,
                                    sampled_probs=not self._argmax_only and self.warping is None, batched=True)
+        if self.head is not None:
+            return self._verify_hidden_round(target_rows, draft_tokens, draft_rows, budgets)
         num_draft_tokens = torch.tensor(budgets, dtype=torch.int64)
         with self._naming_the_round():
             if self._argmax_only:
@@ -314,6 +338,34 @@ class _DecodeLoop:
                                                                   num_draft_tokens, uniforms=uniforms,
                                                                   method=self.method, **self.warping.kwargs())
         return accepted.tolist(), next_tokens.tolist()
+
+    def _verify_hidden_round(self, hidden, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
+        """``head=``: ``verify_hidden`` per sequence, on its own ``k_b + 1`` hidden rows.
+
+        The batch's uniforms keep the batched layout (sequence ``b``: ``u[b, :k_b]``
+        for its tests, ``u[b, k_b]`` for its draw), so a sequence's law is the one
+        it has alone. Not yet one pass over the head for the whole batch: each
+        sequence reads the weights once (a batched ``verify_hidden`` would read
+        them once per round).
+        """
+        n, k_round = draft_tokens.shape
+        uniforms = None if self._argmax_only else self._uniforms((n, k_round + 1))
+        accepted, next_tokens = [], []
+        with self._naming_the_round():
+            for b, k_b in enumerate(budgets):
+                a, t = self._verify_one_hidden(hidden[b, : k_b + 1], draft_tokens[b, :k_b],
+                                               None if draft_rows is None else draft_rows[b, :k_b],
+                                               None if uniforms is None else uniforms[b, : k_b + 1])
+                accepted.append(a)
+                next_tokens.append(t)
+        return accepted, next_tokens
+
+    def _verify_one_hidden(self, hidden, draft_tokens, draft_rows, uniforms) -> tuple[int, int]:
+        """One sequence's ``(accepted, next token)`` by ``verify_hidden`` on the head."""
+        if self._argmax_only:
+            return verify_hidden(hidden, self.head, draft_tokens, temperature=0.0)
+        return verify_hidden(hidden, self.head, draft_tokens, draft_rows, uniforms=uniforms, method=self.method,
+                             **self.warping.kwargs())
 
     def _uniforms(self, shape: tuple) -> torch.Tensor:
         """The round's float64 uniforms, drawn from ``generator`` as the ops would draw them.
@@ -357,6 +409,22 @@ def point_mass_rows(tokens: torch.Tensor, target_rows: torch.Tensor, logits: boo
     fill, mark = (float("-inf"), 0.0) if logits else (0.0, 1.0)
     rows = torch.full(shape, fill, dtype=target_rows.dtype, device=target_rows.device)
     return rows.scatter_(-1, tokens.to(rows.device).unsqueeze(-1), mark)
+
+
+def _resolve_head(declared, target_step) -> LMHead | None:
+    """``head=``, else the target callback's (or its object's) ``head`` attribute; None: rows, not hidden states."""
+    if declared is not None:
+        if not isinstance(declared, LMHead):
+            raise TypeError(f"head must be an LMHead or None, got {type(declared).__name__}")
+        return declared
+    for holder in (target_step, getattr(target_step, "__self__", None)):
+        value = getattr(holder, "head", None)
+        if value is not None:
+            if not isinstance(value, LMHead):
+                raise TypeError(f"target_step.head must be an LMHead (the head its hidden states are read with), "
+                                f"got {type(value).__name__}")
+            return value
+    return None
 
 
 @contextlib.contextmanager
@@ -413,11 +481,21 @@ class BatchedSpeculativeDecoder(_DecodeLoop):
         ``verify_logits_batched``) or block verification
         (``verify_block_batched`` / ``verify_logits_batched(method="block")``),
         per sequence. Ignored when greedy.
+    k_max : int, optional, keyword only
+        With ``k="auto"``, the most a round drafts (default 8).
+    head : LMHead, optional, keyword only
+        ``target_step`` returns the target's last hidden states
+        ``[n, k + 1, d]`` (after the final norm) instead of rows, and each
+        sequence is verified by ``verify_hidden`` on this head (its logits,
+        under the warping in sampled mode). Also read from ``target_step``'s
+        ``head`` attribute. See ``SpeculativeDecoder``.
 
     Attributes
     ----------
     warping : LogitsWarping or None
         The warping the run verifies logits rows under (None: probability rows).
+    head : LMHead or None
+        The head ``target_step``'s hidden states are verified with (None: it returns rows).
     stats : DecodeStats or None
         Statistics of the latest ``generate`` call, one round per sequence
         per batch round (``batch_rounds`` counts the batch rounds).
@@ -462,9 +540,9 @@ class BatchedSpeculativeDecoder(_DecodeLoop):
     def __init__(self, draft_step: BatchedDraftStep, target_step: BatchedTargetStep, k: int | str = 4,
                  greedy: bool = True, eos_token_id=None, generator: torch.Generator | None = None, *,
                  warping: LogitsWarping | Mapping | None = None, method: str = "token",
-                 k_max: int | None = None) -> None:
+                 k_max: int | None = None, head: LMHead | None = None) -> None:
         super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
-                         method=method, k_max=k_max)
+                         method=method, k_max=k_max, head=head)
 
     def generate(self, prompts, max_new: int = 128, *, attention_mask=None, on_commit=None) -> list:
         """Decode up to ``max_new`` tokens after each prompt.

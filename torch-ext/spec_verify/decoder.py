@@ -98,6 +98,7 @@ from .decode_checks import (
 )
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping
+from .lm_head import LMHead
 from .logits import verify_logits
 from .verify import verify_block, verify_greedy, verify_sampled
 
@@ -167,11 +168,24 @@ class SpeculativeDecoder(_DecodeLoop):
         never fewer tokens per round in expectation). Ignored when greedy.
     k_max : int, optional, keyword only
         With ``k="auto"``, the most a round drafts (default 8); an error with a fixed ``k``.
+    head : LMHead, optional, keyword only
+        The LM head inside verification: ``target_step`` returns the target's
+        last hidden states ``[len(proposed) + 1, d]`` (after the final norm)
+        instead of rows, and each round is verified by ``verify_hidden`` on
+        this head -- its logits, one pass over its weights for all rows, no
+        ``[k+1, V]`` tensor. Greedy: the output equals plain greedy decoding
+        on the same head (``k=0``, or ``sample_hidden``). Sampled mode needs
+        the warping (the draft's rows, if any, are logits). Also read from
+        ``target_step``'s ``head`` attribute (of the function, or its
+        object's), as ``warping`` is: ``LlamaCppStep(..., hidden=True)``
+        carries one. DESIGN.md, "Hidden states in the decoder".
 
     Attributes
     ----------
     warping : LogitsWarping or None
         The warping the run verifies logits rows under (None: probability rows).
+    head : LMHead or None
+        The head ``target_step``'s hidden states are verified with (None: it returns rows).
     stats : DecodeStats or None
         Statistics of the latest ``generate`` call (None before the first).
 
@@ -228,9 +242,10 @@ class SpeculativeDecoder(_DecodeLoop):
         warping: LogitsWarping | Mapping | None = None,
         method: str = "token",
         k_max: int | None = None,
+        head: LMHead | None = None,
     ) -> None:
         super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
-                         method=method, k_max=k_max)
+                         method=method, k_max=k_max, head=head)
 
     def generate(self, prompt_ids, max_new: int = 128) -> torch.Tensor:
         """Decode up to ``max_new`` tokens after ``prompt_ids``.
@@ -285,6 +300,9 @@ class SpeculativeDecoder(_DecodeLoop):
         """The target's ``[k_round + 1, V]`` rows for the proposal, in one call."""
         k_round = len(draft_tokens)
         where = f"target_step(prefix, proposed) with {k_round} proposed tokens"
+        if self.head is not None:
+            return self._check_hidden(self.target_step(prefix, draft_tokens), where, (k_round + 1,),
+                                      f"[{k_round + 1}, d] (len(proposed) + 1 hidden rows)")
         rows = check_rows(self.target_step(prefix, draft_tokens), where, "target_" + self._rows, (k_round + 1,),
                           f"[{k_round + 1}, V] (len(proposed) + 1 rows)")
         self._check_vocab(rows.shape[1], where)
@@ -295,10 +313,13 @@ class SpeculativeDecoder(_DecodeLoop):
     def _verify(self, target_rows, draft_tokens, draft_rows) -> tuple[int, int]:
         """``(accepted count, correction or bonus token)``; op errors re-raised naming the round."""
         k_round = len(draft_tokens)
-        check_draft_against_target(draft_tokens[None], [k_round], draft_rows, target_rows.shape[1],
+        check_draft_against_target(draft_tokens[None], [k_round], draft_rows, self._vocab,
                                    f"draft_step(prefix, k={k_round})", self._rows,
                                    sampled_probs=not self._argmax_only and self.warping is None, batched=False)
         with _round_errors(self.stats.batch_rounds, self._rows):
+            if self.head is not None:
+                uniforms = None if self._argmax_only else self._uniforms((k_round + 1,))
+                return self._verify_one_hidden(target_rows, draft_tokens, draft_rows, uniforms)
             if self._argmax_only:
                 return verify_greedy(target_rows, draft_tokens)
             if draft_rows is None and k_round:
