@@ -46,6 +46,30 @@ prompt + output + ``k``. The adapter owns the context's memory (sequence 0)
 while it is used: do not interleave other evals on the same ``Llama``
 (``reset()`` clears the memory and the adapter's record).
 
+Hidden states: the head in the op (``hidden=True``)
+---------------------------------------------------
+A target made with ``LlamaCppStep(llama, hidden=True)`` returns the target's
+last hidden states ``[len(proposed) + 1, d]`` (after the final norm) instead
+of logits, and carries ``head`` (``sv.LMHead.from_gguf`` of the same file:
+its ``output.weight`` or tied ``token_embd.weight``, read in place), which
+``SpeculativeDecoder`` reads as it reads ``warping``: each round is then
+``sv.verify_hidden`` -- the head's weights read once for all rows, where
+llama.cpp computes one full logits row per position. How llama.cpp is kept
+from computing its head: the adapter makes its own context from the model
+with an eval callback (``cb_eval``, llama.cpp's ``ggml_backend_sched``
+callback). The callback asks to observe only the tensor named
+``result_norm`` (the final norm's output, every model graph names it),
+copies its rows, and returns false, which ends the graph's computation
+there: the output matmul and anything after it are never computed. The
+decode still returns success (the scheduler breaks out of its node loop; it
+does not report an abort), and the batch's KV entries were written by the
+layers before the norm, so the cache holds the batch as after a full eval
+(tested: logits after a hidden-only eval equal those after a full one). The
+price is one Python callback per graph node (~800 for Gemma 3 270M).
+Greedy output then equals plain greedy decoding on the same head where
+llama.cpp's hidden states are batch-invariant; they are not exactly, on
+quantized models (as its logits are not: ``invariance.py``).
+
 This module is outside the kernel package (which imports torch alone); it
 imports ``llama_cpp`` and ``numpy``, and the kernel through ``kernels`` (or takes
 it as ``sv=``).
@@ -53,6 +77,7 @@ it as ``sv=``).
 
 from __future__ import annotations
 
+import ctypes
 import time
 
 import numpy as np
@@ -85,6 +110,60 @@ def seq_rm_function():
     raise RuntimeError("this llama_cpp exposes no sequence-removal function")
 
 
+# ----------------------------------------------------------------------------
+# The eval callback that stops llama.cpp's graph at the final norm
+# ----------------------------------------------------------------------------
+
+
+class _GgmlTensor(ctypes.Structure):
+    """The head of ``struct ggml_tensor`` (ggml.h of the llama.cpp llama-cpp-python 0.3.36 vendors)."""
+
+    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
+                ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
+                ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64)]
+
+
+_NAME_OFFSET = _GgmlTensor.name.offset
+_RESULT_NORM = b"result_norm\0"  # with its terminator: "result_norm-3" is not it
+_GGML_TYPE_F32 = 0
+
+
+class _FinalNormCapture:
+    """``cb_eval``: copy ``result_norm``'s rows, then end the graph there (the head is ours)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.stop = True  # False: observe only, the graph (head included) runs on -- for tests
+        self.rows: list = []  # one [n_outputs, d] tensor per ubatch of the current eval
+        self.error: str | None = None
+        self.fn = llama_cpp.ggml_backend_sched_eval_callback(self._callback)  # kept alive with us
+
+    def _callback(self, tensor, ask, user_data) -> bool:
+        if ctypes.string_at(tensor + _NAME_OFFSET, len(_RESULT_NORM)) != _RESULT_NORM:
+            return not ask  # observe nothing else; compute on
+        if ask:
+            return True
+        t = _GgmlTensor.from_address(tensor)
+        n, d = int(t.ne[1]), int(t.ne[0])
+        if t.type != _GGML_TYPE_F32 or d != self.dim or t.nb[1] != 4 * d or t.ne[2] != 1 or t.ne[3] != 1:
+            self.error = (f"result_norm is type {t.type}, ne {list(t.ne)}, nb {list(t.nb)}: expected "
+                          f"contiguous float32 [n, {self.dim}]")
+            return False
+        data = (ctypes.c_float * (n * d)).from_address(t.data) if n else None
+        self.rows.append(torch.frombuffer(data, dtype=torch.float32).view(n, d).clone() if n
+                         else torch.empty(0, d))
+        return not self.stop  # stop: the output matmul (and any soft-cap) after the norm is never computed
+
+
+def _gguf_softcap(llama) -> float | None:
+    """The model's final logit soft-cap from its GGUF metadata (Gemma 2 has one; Gemma 3 none)."""
+    meta = getattr(llama, "metadata", {}) or {}
+    arch = meta.get("general.architecture", "")
+    value = float(meta.get(f"{arch}.final_logit_softcapping", 0) or 0)
+    return value if value > 0 else None
+
+
 def _clear_memory(ctx) -> None:
     if hasattr(llama_cpp, "llama_memory_clear") and hasattr(llama_cpp, "llama_get_memory"):
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
@@ -107,11 +186,22 @@ class LlamaCppStep:
         The draft's uniforms (one per drawn token).
     sv : module, optional
         The spec-verify kernel (``load_sv()`` when None).
+    hidden : bool, default False, keyword only
+        ``target_step`` returns the last hidden states ``[k + 1, d]`` float32
+        instead of logits, llama.cpp never computes its head, and the adapter
+        carries ``head`` for ``verify_hidden`` (module docstring, "Hidden
+        states"). Target only: ``draft_step`` needs logits and refuses.
+    head : sv.LMHead, optional, keyword only
+        With ``hidden=True``: the head to carry (default
+        ``sv.LMHead.from_gguf(llama.model_path)`` with the file's soft-cap).
 
     Attributes
     ----------
     warping : sv.LogitsWarping
         Read by ``SpeculativeDecoder`` from the bound callbacks.
+    head : sv.LMHead or None
+        With ``hidden=True``, the head ``SpeculativeDecoder`` verifies the
+        hidden states with (it reads it from the bound ``target_step``).
     decode_calls, tokens_fed, positions_removed, rollbacks : int
         ``llama_decode`` calls, tokens evaluated, KV positions removed by
         sequence removal, and removals, since construction or ``reset()``.
@@ -120,7 +210,8 @@ class LlamaCppStep:
         the adapter's Python and the draft's sampling).
     """
 
-    def __init__(self, llama, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, sv=None):
+    def __init__(self, llama, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, sv=None,
+                 hidden=False, head=None):
         self.sv = sv if sv is not None else load_sv()
         self.warping = self.sv.LogitsWarping(temperature, top_k, top_p, min_p)
         self.greedy = self.warping.greedy
@@ -128,6 +219,12 @@ class LlamaCppStep:
         self._sample_kwargs = dict(self.warping.kwargs(), generator=generator)
         self.llama = llama
         self.ctx = llama.ctx
+        self.head = None
+        self._capture = self._own_ctx = None
+        if hidden:
+            self._init_hidden(head)
+        elif head is not None:
+            raise ValueError("head= is for hidden=True (the adapter then returns hidden states)")
         self.n_vocab = int(llama.n_vocab())
         self.n_ctx = int(llama.n_ctx())
         self.n_batch = int(llama_cpp.llama_n_batch(self.ctx))
@@ -137,11 +234,35 @@ class LlamaCppStep:
         self._draft_rows = torch.empty(0, self.n_vocab)
         self.reset()
 
+    def _init_hidden(self, head) -> None:
+        """An own context whose eval callback stops every graph at the final norm."""
+        dim = int(llama_cpp.llama_model_n_embd(self.llama.model))
+        if head is None:
+            head = self.sv.LMHead.from_gguf(self.llama.model_path, softcap=_gguf_softcap(self.llama))
+        if not isinstance(head, self.sv.LMHead):
+            raise TypeError(f"head must be an sv.LMHead, got {type(head).__name__}")
+        if head.dim != dim or head.vocab != int(self.llama.n_vocab()):
+            raise ValueError(f"head {head} does not match the model (d = {dim}, V = {self.llama.n_vocab()})")
+        self._capture = _FinalNormCapture(dim)
+        params = llama_cpp.llama_context_params.from_buffer_copy(self.llama.context_params)
+        params.cb_eval = self._capture.fn
+        params.cb_eval_user_data = None
+        ctx = llama_cpp.llama_init_from_model(self.llama.model, params)
+        if not ctx:
+            raise RuntimeError("llama_init_from_model failed for the hidden-state context")
+        self.ctx = self._own_ctx = ctx
+        self._free_ctx = llama_cpp.llama_free
+        self.head = head
+
     def __del__(self):
         batch = getattr(self, "_batch", None)
         if batch is not None:
             self._batch = None
             self._free_batch(batch)
+        ctx = getattr(self, "_own_ctx", None)
+        if ctx is not None:
+            self._own_ctx = None
+            self._free_ctx(ctx)
 
     def reset(self) -> None:
         """Empty the context's memory; forget the record and the counters."""
@@ -157,6 +278,8 @@ class LlamaCppStep:
 
     def draft_step(self, prefix: torch.Tensor, k: int):
         """``k`` tokens after ``prefix``: ``(tokens [k] int64, logits [k, V] float32 or None)``."""
+        if self.head is not None:
+            raise ValueError("a hidden=True adapter is a target: its draft_step would need logits rows")
         logits = self._logits_for_last_rows(prefix.tolist(), rows=1)[0]
         tokens = []
         rows = None
@@ -174,7 +297,10 @@ class LlamaCppStep:
         return torch.tensor(tokens, dtype=torch.int64), rows
 
     def target_step(self, prefix: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
-        """Raw logits ``[len(proposed) + 1, V]`` float32 from one eval: a view of llama.cpp's buffer, valid until the next eval."""
+        """Raw logits ``[len(proposed) + 1, V]`` float32 from one eval: a view of llama.cpp's buffer, valid until the next eval.
+
+        With ``hidden=True``: the hidden states ``[len(proposed) + 1, d]`` float32 (a copy) instead.
+        """
         seq = prefix.tolist() + proposed.tolist()
         return self._logits_for_last_rows(seq, rows=len(proposed) + 1)
 
@@ -213,15 +339,30 @@ class LlamaCppStep:
             raise ValueError(f"{rows} logits rows asked for, more than one eval gives (n_batch={self.n_batch})")
         if len(self._cached) + n > self.n_ctx:
             raise ValueError(f"the sequence ({len(self._cached) + n} tokens) outgrows the context (n_ctx={self.n_ctx})")
+        if self._capture is not None:
+            self._capture.rows.clear()
         start = 0
         while start < n:  # chunks of at most n_batch tokens (a long prompt)
             end = min(n, start + self.n_batch)
             self._decode(tokens[start:end], len(self._cached), want=max(0, rows - (n - end)))
             self._cached.extend(tokens[start:end])
             start = end
+        if self._capture is not None:
+            return self._captured_rows(rows)
         ptr = llama_cpp.llama_get_logits(self.ctx)
         # Zero copy: the rows llama.cpp wrote for the last batch's outputs.
         return torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)))
+
+    def _captured_rows(self, rows: int) -> torch.Tensor:
+        """The last ``rows`` hidden states the eval callback copied (one block per ubatch)."""
+        cap = self._capture
+        if cap.error is not None:
+            error, cap.error = cap.error, None
+            raise RuntimeError(f"llama.cpp's graph: {error}")
+        hidden = cap.rows[0] if len(cap.rows) == 1 else torch.cat(cap.rows)
+        if hidden.shape[0] < rows:
+            raise RuntimeError(f"the eval produced {hidden.shape[0]} hidden rows, {rows} were asked for")
+        return hidden[hidden.shape[0] - rows:]
 
     def _decode(self, tokens: list, pos0: int, want: int) -> None:
         b = self._batch

@@ -233,15 +233,19 @@ class _DecodeLoop:
         target_rows = self._target_round(prefixes, draft_tokens, active)
         t2 = time.perf_counter()
         accepted, next_tokens = self._verify_round(target_rows, draft_tokens, draft_rows, budgets)
+        t3 = time.perf_counter()
         stats.draft_seconds += t1 - t0
         stats.target_seconds += t2 - t1
-        stats.verify_seconds += time.perf_counter() - t2
+        stats.verify_seconds += t3 - t2
         stats.batch_rounds += 1
         still = self._commit_round(sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit)
         stats.record_choice(k_ask, predicted)
         if self.auto is not None:
+            # With head=, verification computes the head's logits of every row: it is part of
+            # the target eval's cost per width, not a constant.
+            t_eval = t3 - t1 if self.head is not None else t2 - t1
             self.auto.record(len(active), k_ask, draft_tokens.shape[1],
-                             (t1 - t0, t2 - t1, time.perf_counter() - t2),
+                             (t1 - t0, t_eval, time.perf_counter() - t1 - t_eval),
                              list(zip(active, asked, budgets, accepted)))
         return still
 
