@@ -163,3 +163,32 @@ def test_batched_decoder_k_auto_is_greedy_exact_and_follows_the_curve(sv):
     outs = dec.generate([torch.tensor(p) for p in prompts], max_new=30)
     assert [o.tolist() for o in outs] == [tables.greedy_chain(p, 30) for p in prompts]
     assert max(dec.stats.k_per_round) == 5 and dec.stats.k_per_round[:3] == [0, 0, 0]
+
+
+def test_a_shared_autocost_carries_the_curve_to_a_new_decoder(sv):
+    tables = Tables(target_zeros=False)
+    target = SleepTarget(tables, lambda n: 1.0 + 0.02 * (n - 1))  # flat: speculation pays
+    shared = sv.AutoCost(k_max=6)
+    first = sv.SpeculativeDecoder(_perfect_draft(tables), target, k=shared)
+    assert first.auto is shared and first.k == 6
+    first.generate(torch.tensor([0, 1]), max_new=30)
+    assert first.stats.k_per_round[:3] == [0, 0, 0]  # a cold model measures plain steps first
+    # A new decoder on the same engine: no warm-up, it speculates from its first round.
+    second = sv.SpeculativeDecoder(_perfect_draft(tables), target, k=shared)
+    out = second.generate(torch.tensor([2]), max_new=30)
+    assert out.tolist() == tables.greedy_chain([2], 30)
+    assert second.stats.k_per_round[0] > 0
+    # A fresh "auto" decoder is cold again (the control: the carry-over is the shared model's).
+    cold = sv.SpeculativeDecoder(_perfect_draft(tables), target, k="auto", k_max=6)
+    cold.generate(torch.tensor([2]), max_new=10)
+    assert cold.stats.k_per_round[0] == 0
+
+
+def test_autocost_misuse_is_named(sv):
+    for kw in (dict(k_max=0), dict(k_max=2.5), dict(window=0), dict(decay=0.0), dict(idle_decay=1.5),
+               dict(decay="x")):
+        with pytest.raises(ValueError, match="AutoCost"):
+            sv.AutoCost(**kw)
+    with pytest.raises(ValueError, match="disagrees with the AutoCost"):
+        sv.SpeculativeDecoder(lambda p, k: (torch.zeros(k, dtype=torch.int64), None), lambda p, t: None,
+                              k=sv.AutoCost(4), k_max=5)

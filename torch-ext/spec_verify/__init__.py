@@ -33,6 +33,7 @@ from . import _fake  # noqa: F401  (registers the fake implementations)
 from . import law, reference, warping
 from ._ops import ops
 from .batched_decoder import BatchedSpeculativeDecoder
+from .cost_model import AutoCost
 from .decoder import DecodeStats, LogitsWarping, SpeculativeDecoder
 from .hf_adapter import HFCausalLMStep, hf_step_pair
 from .hf_batched import HFBatchedCausalLM, hf_batched_step_pair
@@ -101,6 +102,7 @@ __all__ = [
     "HFBatchedCausalLM",
     "hf_batched_step_pair",
     "PromptLookupDraft",
+    "AutoCost",
     # Introspection, the raw ops, the reference path
     "build_info",
     "ops",

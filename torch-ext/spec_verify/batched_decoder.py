@@ -158,7 +158,13 @@ class _DecodeLoop:
         self.target_step = target_step
         # k="auto": each round picks k in 0..k_max from the measured costs (cost_model.py);
         # self.k is then the most a round drafts. A fixed k = 0 is plain decoding.
-        if isinstance(k, str):
+        if isinstance(k, AutoCost):
+            # A cost model shared with other decoders on the same engine (its curve is the engine's).
+            if k_max is not None and k_max != k.k_max:
+                raise ValueError(f"k_max={k_max!r} disagrees with the AutoCost's k_max={k.k_max}")
+            self.k = k.k_max
+            self.auto = k
+        elif isinstance(k, str):
             if k != "auto":
                 raise ValueError(f'k must be an int >= 0 or "auto", got {k!r}')
             self.k = check_int("k_max", 8 if k_max is None else k_max, 1)
@@ -464,9 +470,10 @@ class BatchedSpeculativeDecoder(_DecodeLoop):
         ``target_step(prefixes, proposed, rows) -> [n, k + 1, V]``: row
         ``[b, i]`` is the target's distribution (or raw logits, under a
         warping) for the token after ``prefixes[b] + proposed[b, :i]``.
-    k : int, default 4
-        Draft tokens per round, ``>= 1``; a sequence near ``max_new`` drafts
-        fewer (``num_draft_tokens``).
+    k : int, "auto" or AutoCost, default 4
+        Draft tokens per round, ``>= 0``; a sequence near ``max_new`` drafts
+        fewer (``num_draft_tokens``). ``"auto"`` / an ``AutoCost``: as in
+        ``SpeculativeDecoder``.
     greedy : bool, default True
         True: ``verify_greedy_batched`` (every sequence equals plain greedy
         decoding with the target). False: sampled verification (every

@@ -68,7 +68,7 @@ class AutoCost:
 
     Parameters
     ----------
-    k_max : int
+    k_max : int, default 8
         Largest ``k`` ever chosen.
     window : int, default 9
         Samples kept per measured cost (their median is the estimate).
@@ -86,7 +86,13 @@ class AutoCost:
     (``new_run``).
     """
 
-    def __init__(self, k_max: int, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95) -> None:
+    def __init__(self, k_max: int = 8, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95) -> None:
+        for name, value in (("k_max", k_max), ("window", window)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"AutoCost {name} must be an int >= 1, got {value!r}")
+        for name, value in (("decay", decay), ("idle_decay", idle_decay)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ValueError(f"AutoCost {name} must be a number in (0, 1], got {value!r}")
         self.k_max = k_max
         self.window = window
         self.decay = decay

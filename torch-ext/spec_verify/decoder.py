@@ -88,6 +88,7 @@ from typing import Callable, Mapping, Optional
 import torch
 
 from .batched_decoder import _DecodeLoop, _round_errors, point_mass_rows
+from .cost_model import AutoCost
 from .decode_checks import (
     check_draft_against_target,
     check_draft_ids,
@@ -143,7 +144,10 @@ class SpeculativeDecoder(_DecodeLoop):
         the same loop). ``"auto"``: each round picks ``k`` in ``0 .. k_max``
         that maximizes the predicted tokens per second, from the target's
         measured cost per eval size and the draft's recent acceptance
-        (``cost_model.AutoCost``; DESIGN.md, "k = auto").
+        (``cost_model.AutoCost``; DESIGN.md, "k = auto"). An ``AutoCost``
+        instance: ``"auto"`` with that cost model, shared with other decoders
+        on the same engine (the cost curve is the engine's, so a new decoder
+        per request need not measure it again; ``k_max`` is the AutoCost's).
     greedy : bool, default True
         True: ``verify_greedy`` (the output equals plain greedy decoding with
         the target). False: sampled verification (the output is distributed as
@@ -234,7 +238,7 @@ class SpeculativeDecoder(_DecodeLoop):
         self,
         draft_step: DraftStep,
         target_step: TargetStep,
-        k: int | str = 4,
+        k: int | str | AutoCost = 4,
         greedy: bool = True,
         eos_token_id=None,
         generator: torch.Generator | None = None,
