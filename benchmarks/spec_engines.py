@@ -203,15 +203,82 @@ class LlamaEngine:
         return out
 
 
-def _llama_costs(step, sizes, context, calls):
+class LlamaHeadEngine(LlamaEngine):
+    """llama.cpp with the LM head in our op: the target is ``LlamaCppStep(hidden=True)`` (issue 25).
+
+    The same ``Llama`` objects as the ``LlamaEngine`` it wraps (its own context for the target: the
+    graph ends at the final norm), the head read from the same GGUF. The ``plain loop`` is plain
+    decoding on that head (one eval of one token, ``sample_hidden``); the engine's own plain loop
+    (llama.cpp's head) is a peer row, ``llama.cpp plain loop``, beside ``Llama.generate``.
+    """
+
+    name = "llama.cpp + head in op"
+
+    def __init__(self, base: LlamaEngine):
+        self.spec, self.sv, self.threads = base.spec, base.sv, base.threads
+        self.llama, self.draft_llama = base.llama, base.draft_llama
+        self.base = base
+        self._targets = {}
+        self.head = None
+
+    def target(self, temperature: float):
+        from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
+
+        if temperature not in self._targets:
+            step = LlamaCppStep(self.llama, temperature=temperature, sv=self.sv, hidden=True, head=self.head)
+            self.head = step.head  # one mapping of the file's head for every temperature
+            self._targets[temperature] = step
+        return self._targets[temperature]
+
+    def plain(self, prompt: list, max_new: int, temperature: float, generator):
+        """Plain decoding on our head: ``(cpu s, wall s, new tokens)``, decoding only."""
+        step = self.target(temperature)
+        self.prefill(step, prompt)
+        sv, head = self.sv, step.head
+        kw = dict(step.warping.kwargs(), generator=generator)
+
+        def loop():
+            out = []
+            hidden = step._feed([prompt[-1]], rows=1)
+            for i in range(max_new):
+                token = int(sv.sample_hidden(hidden, head, **kw)[0])
+                out.append(token)
+                if i + 1 < max_new:
+                    hidden = step._feed([token], rows=1)
+            return out
+
+        return _timed(loop)
+
+    def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
+        """The engine's own plain loop (its head, same adapter code) first, then ``LlamaEngine``'s peers."""
+        cpu, wall, new = self.base.plain(prompt, max_new, temperature, torch.Generator().manual_seed(seed))
+        out = {"llama.cpp plain loop (its head)": (cpu, wall, len(new), new)}
+        out.update(self.base.peers(prompt, max_new, temperature, seed, lookup_n))
+        return out
+
+    def eval_costs(self, sizes, context: int = 64, calls: int = 12) -> dict:
+        """``{"target": {n: cpu ms}, "engine": {n: cpu ms}, ...}``: an eval of ``n`` positions ending at the
+        norm plus our head's pass over its ``n`` rows (greedy ``verify_hidden``); ``engine``: llama.cpp's
+        own eval with logits at each position, measured in the same call."""
+        out = {"target": _llama_costs(self.target(0.0), sizes, context, calls, head=self.head, sv=self.sv),
+               "engine": _llama_costs(self.base.target(0.0), sizes, context, calls)}
+        if self.draft_llama is not None:
+            out["draft"] = _llama_costs(self.draft(0.0, None), [1], context, calls)
+        return out
+
+
+def _llama_costs(step, sizes, context, calls, head=None, sv=None):
     step.reset()
     step._feed(list(range(1, context + 1)), rows=1)
     costs = {}
     for n in sizes:  # each size's calls in a row: llama.cpp reuses its graph, as a decoding loop does
         v = []
+        tokens = torch.arange(11, 10 + n)
         for _ in range(calls + 2):
             c0 = time.process_time()
-            step._feed(list(range(10, 10 + n)), rows=n)
+            rows = step._feed(list(range(10, 10 + n)), rows=n)
+            if head is not None:  # the head's pass is part of the eval when the head is ours
+                sv.verify_hidden(rows, head, tokens, temperature=0.0)
             v.append(time.process_time() - c0)
             step._rollback(context)
         costs[n] = 1e3 * statistics.median(v[2:])
