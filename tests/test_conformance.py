@@ -340,3 +340,28 @@ def test_point_mass_correction_from_the_full_target_is_rejected(sv, seed):
     assert not result.passed, result.report()
     assert result.chi_squares[0].pvalue >= result.per_test_alpha  # the length law is untouched by this bug
 
+
+
+# ----------------------------------------------------------------------------
+# Hidden states in (verify_hidden): the head's logits, point-mass drafts
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.native_only  # 10^5 single-round calls: minutes emulated; the negative control runs there
+def test_hidden_verification_conforms(sv):
+    """verify_hidden (the one-pass C++ op, T = 0.8) follows point_mass_law of the head's warped rows (alpha = 1e-3)."""
+    head, hidden, target, draft = cf.hidden_pair(sv, seed=2)
+    result = cf.run_conformance(cf.hidden_verifier(sv, head, hidden, 0.8), target, draft, 100_000, seed=41,
+                                alpha=ALPHA, chunk=4096, name="hidden", law_module=sv, method="point-mass")
+    print(result.report())
+    assert result.passed, result.report()
+    assert min(result.acceptance) > 0.1 and 0 < result.mean < draft.shape[0]
+
+
+def test_hidden_correction_from_the_full_target_is_rejected(sv):
+    """NEGATIVE CONTROL: verify_hidden's decisions with the correction drawn from p (t kept) fail (alpha = 1e-3)."""
+    head, hidden, target, draft = cf.hidden_pair(sv, seed=2)
+    wrong = cf.resample_from_target(cf.hidden_verifier(sv, head, hidden, 0.8))
+    result = cf.run_conformance(wrong, target, draft, 20_000, seed=42, alpha=ALPHA, chunk=4096,
+                                name="hidden-resample-from-target", law_module=sv, method="point-mass")
+    assert not result.passed, result.report()

@@ -170,6 +170,43 @@ def point_mass_verifier(sv) -> Verifier:
     return rounds
 
 
+def hidden_pair(sv, vocab: int = 64, dim: int = 32, k: int = 4, temperature: float = 0.8, seed: int = 0):
+    """``(head, hidden [K+1, d], target_probs [K+1, V], draft_probs [K, V])`` for ``verify_hidden``.
+
+    A random float32 head and hidden rows (scaled so the rows are peaked, as a
+    model's confident positions: point-mass drafts are often accepted); the
+    target rows are the head's logits (the C++ op's, ``lm_head.reference_logits``
+    bit for bit) warped at ``temperature``, in float64; the draft rows are
+    0.7 target + 0.3 another random row. The law is computed from these rows,
+    the verifier reads only ``hidden`` and ``head``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    head = sv.LMHead(torch.randn(vocab, dim, generator=g))
+    hidden = 1.0 * torch.randn(k + 1, dim, generator=g)
+    logits = sv.ops.hidden_logits(hidden, head.weight, head.bias, head.format_code, head.dim).double()
+    target = torch.softmax(logits / temperature, -1)
+    other = torch.softmax(torch.randn(k, vocab, generator=g, dtype=torch.float64) * 2, -1)
+    draft = 0.7 * target[:k] + 0.3 * other
+    return head, hidden, target, draft
+
+
+def hidden_verifier(sv, head, hidden: torch.Tensor, temperature: float) -> Verifier:
+    """The kernel's ``verify_hidden`` with point-mass drafts (``draft_logits=None``), one call per round.
+
+    Tokens drawn from the draft rows are verified from ``hidden`` and ``head``
+    alone (the target rows passed in are the law's, never read): the one-pass
+    C++ op at ``temperature``. Its law is ``point_mass_law``.
+    """
+
+    def rounds(target_probs, draft_probs, draft_tokens, uniforms):
+        out = np.empty((draft_tokens.shape[0], 2), dtype=np.int64)
+        for b in range(draft_tokens.shape[0]):
+            out[b] = sv.verify_hidden(hidden, head, draft_tokens[b], temperature=temperature, uniforms=uniforms[b])
+        return out[:, 0], out[:, 1]
+
+    return rounds
+
+
 def point_mass_law(target_probs: torch.Tensor, draft_probs: torch.Tensor):
     """``(acceptance [K], emitted rows [K+1, V])`` of point-mass verification of tokens drawn from q.
 
@@ -790,10 +827,13 @@ def main(argv: list[str] | None = None) -> int:
         "--verifier",
         default="kernel",
         choices=["kernel", "kernel-single", "reference", "numpy", "resample-from-target", "ignore-uniform",
-                 "block", "block-h-equals-p", "point-mass", "point-mass-resample-from-target"],
+                 "block", "block-h-equals-p", "point-mass", "point-mass-resample-from-target",
+                 "hidden", "hidden-resample-from-target"],
         help="block, block-h-equals-p: tested against block verification's law, on --family "
              "block-groups unless another is named; point-mass*: tokens drawn from the draft rows, "
-             "verified as point masses (draft_probs=None), against point_mass_law (use --chunk 256 at V = 32000)",
+             "verified as point masses (draft_probs=None), against point_mass_law (use --chunk 256 at V = 32000); "
+             "hidden*: verify_hidden from hidden states and a random head (V = --vocab or 64, d = 32, K = --k "
+             "or 4, T = 0.8), point-mass drafts, against point_mass_law",
     )
     parser.add_argument("--alpha", type=float, default=1e-3, help="family-wise significance level")
     parser.add_argument("--seed", type=int, default=0)
@@ -804,11 +844,21 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     method = ("block" if args.verifier.startswith("block")
-              else "point-mass" if args.verifier.startswith("point-mass") else "token")
+              else "point-mass" if args.verifier.startswith(("point-mass", "hidden")) else "token")
     family_name = BLOCK_FAMILY if method == "block" and args.family == PI_FAMILY else args.family
-    target, draft = family(family_name, args.vocab, args.k, args.seed)
+    if args.verifier.startswith("hidden"):
+        sv = load_kernel()
+        head, hidden, target, draft = hidden_pair(sv, args.vocab or 64, k=4 if args.k is None else args.k,
+                                                  seed=args.seed)
+        verifier = hidden_verifier(sv, head, hidden, 0.8)
+        if args.verifier == "hidden-resample-from-target":
+            verifier = resample_from_target(verifier)
+        family_name = f"hidden (V = {target.shape[1]}, d = {head.dim}, T = 0.8)"
+    else:
+        target, draft = family(family_name, args.vocab, args.k, args.seed)
+        verifier = _verifier_by_name(args.verifier)
     result = run_conformance(
-        _verifier_by_name(args.verifier),
+        verifier,
         target,
         draft,
         args.rounds,
