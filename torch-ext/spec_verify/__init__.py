@@ -18,6 +18,7 @@ This file is the package's face: it re-exports, nothing else. Where things live:
 * ``law.py``        the exact law of speculative sampling
 * ``decoder.py``    the draft / verify loop; ``hf_adapter.py`` Hugging Face models as callbacks
 * ``batched_decoder.py``  B sequences per round (the one loop); ``hf_batched.py`` one KV cache per batch
+* ``hf_hidden.py``  ``HiddenStatesLM``: a Hugging Face model without its head (``hidden=True`` adapters)
 * ``prompt_lookup.py``  ``PromptLookupDraft``, a draft read from the prefix; ``cost_model.py`` ``k="auto"``
 * ``lm_head.py``    ``LMHead`` (weights, ``from_gguf``) and its logits function; ``gguf.py`` the reader
 * ``hidden.py``     hidden states in: ``verify_hidden``, ``sample_hidden``; ``hidden_reference.py`` their reference
@@ -37,6 +38,7 @@ from .cost_model import AutoCost
 from .decoder import DecodeStats, LogitsWarping, SpeculativeDecoder
 from .hf_adapter import HFCausalLMStep, hf_step_pair
 from .hf_batched import HFBatchedCausalLM, hf_batched_step_pair
+from .hf_hidden import HiddenStatesLM
 from .hidden import sample_hidden, verify_hidden
 from .lm_head import LMHead
 from .law import (
@@ -101,6 +103,7 @@ __all__ = [
     "BatchedSpeculativeDecoder",
     "HFBatchedCausalLM",
     "hf_batched_step_pair",
+    "HiddenStatesLM",
     "PromptLookupDraft",
     "AutoCost",
     # Introspection, the raw ops, the reference path

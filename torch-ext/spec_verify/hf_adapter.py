@@ -188,9 +188,19 @@ class HFCausalLMStep:
     generator : torch.Generator, optional
         Source of the draft's uniforms, one per drawn token (the default
         generator when None). Unused by ``target_step`` and in greedy mode.
+    hidden : bool, default False
+        The LM head inside the op: ``target_step`` returns the last hidden
+        states ``[len(proposed) + 1, d]`` float32 instead of logits, the
+        model's head never runs, and the adapter carries ``head``, which
+        ``SpeculativeDecoder`` reads (``verify_hidden``; ``hf_hidden.py``).
+        Target only: ``draft_step`` refuses.
+    head : LMHead, optional
+        With ``hidden=True``, the head to carry (default: the model's own).
 
     Attributes
     ----------
+    head : LMHead or None
+        With ``hidden=True``, the head the hidden states are verified with.
     warping : LogitsWarping
         The warping above, which ``SpeculativeDecoder`` reads from the bound
         ``draft_step`` / ``target_step`` (their rows are logits under it).
@@ -257,12 +267,15 @@ class HFCausalLMStep:
         top_p: float = 1.0,
         min_p: float = 0.0,
         generator: torch.Generator | None = None,
+        hidden: bool = False,
+        head=None,
     ) -> None:
         if not callable(model):
             raise TypeError(f"model must be callable (a causal LM), got {type(model).__name__}")
         # The kernel's own rules and wording (ValueError naming the argument).
         self.warping = LogitsWarping(temperature, top_k, top_p, min_p)
-        self.model = model
+        # hidden=True: the model without its head; target_step returns hidden states (hf_hidden.py).
+        self.model, self.head = hidden_model(model, hidden, head)
         self.temperature, self.top_k = self.warping.temperature, self.warping.top_k
         self.top_p, self.min_p = self.warping.top_p, self.warping.min_p
         self.greedy = self.warping.greedy
@@ -294,6 +307,8 @@ class HFCausalLMStep:
         first may feed more: the prompt, or the tokens since the cache's last
         common point).
         """
+        if self.head is not None:
+            raise ValueError("a hidden=True adapter is a target: its draft_step would need logits rows")
         seq = prefix.to(device="cpu", dtype=torch.int64)
         logits = self._logits_for_last_rows(seq, rows=1)[0]
         tokens = []
@@ -313,7 +328,8 @@ class HFCausalLMStep:
     def target_step(self, prefix: torch.Tensor, proposed: torch.Tensor) -> torch.Tensor:
         """The target's raw logits at every draft position and the bonus position: ``[len(proposed) + 1, V]`` float32.
 
-        One forward over the last committed token and the proposals.
+        One forward over the last committed token and the proposals. With
+        ``hidden=True``: the last hidden states ``[len(proposed) + 1, d]`` instead.
         """
         prefix = prefix.to(device="cpu", dtype=torch.int64)
         seq = torch.cat([prefix, proposed.to(device="cpu", dtype=torch.int64)])
@@ -422,6 +438,18 @@ class HFCausalLMStep:
         self.cache_rebuilds += int(rebuild)
 
 
+def hidden_model(model, hidden: bool, head):
+    """``(the model to call, its head or None)``: the model itself, or with ``hidden`` its ``HiddenStatesLM``."""
+    if not hidden:
+        if head is not None:
+            raise ValueError("head= is for hidden=True (the adapter then returns hidden states)")
+        return model, None
+    from .hf_hidden import HiddenStatesLM
+
+    wrapped = HiddenStatesLM(model, head)
+    return wrapped, wrapped.head
+
+
 def _takes_argument(model, name: str) -> bool:
     """Whether ``model``'s forward declares the keyword ``name``."""
     try:
@@ -430,7 +458,8 @@ def _takes_argument(model, name: str) -> bool:
         return False
 
 
-def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None):
+def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,
+                 hidden=False):
     """``(draft_step, target_step)`` for two causal LMs, under one warping.
 
     Parameters
@@ -440,6 +469,9 @@ def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1
     temperature, top_k, top_p, min_p, generator
         As in ``HFCausalLMStep``; the same warping for both models is what
         speculative sampling needs to preserve the target's distribution.
+    hidden : bool, default False
+        The target's head in the op (``HFCausalLMStep(hidden=True)``): its
+        ``target_step`` returns hidden states and carries ``head``.
 
     Returns
     -------
@@ -461,5 +493,5 @@ def hf_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1
     """
     warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     draft = HFCausalLMStep(draft_model, generator=generator, **warp)
-    target = HFCausalLMStep(target_model, **warp)
+    target = HFCausalLMStep(target_model, hidden=hidden, **warp)  # hidden: the head in the op
     return draft.draft_step, target.target_step

@@ -77,7 +77,7 @@ import inspect
 import torch
 
 from .decode_warping import LogitsWarping
-from .hf_adapter import crop_cache, model_device, model_sliding_window, sliding_layers
+from .hf_adapter import crop_cache, hidden_model, model_device, model_sliding_window, sliding_layers
 from .logits import sample_draft
 
 __all__ = ["HFBatchedCausalLM", "hf_batched_step_pair"]
@@ -144,9 +144,17 @@ class HFBatchedCausalLM:
         Source of the draft's uniforms (the default generator when None).
     pad_token_id : int, default 0
         The id fed in hole columns (masked out: any id in ``[0, V)`` does).
+    hidden : bool, default False
+        ``target_step`` returns the last hidden states ``[n, k + 1, d]``
+        instead of logits and the adapter carries ``head`` (as
+        ``HFCausalLMStep(hidden=True)``); target only.
+    head : LMHead, optional
+        With ``hidden=True``, the head to carry (default: the model's own).
 
     Attributes
     ----------
+    head : LMHead or None
+        With ``hidden=True``, the head the hidden states are verified with.
     warping : LogitsWarping
         The warping of the rows returned, read by ``BatchedSpeculativeDecoder``.
     forward_calls, tokens_fed, slots_fed : int
@@ -179,18 +187,20 @@ class HFBatchedCausalLM:
     """
 
     def __init__(self, model, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 min_p: float = 0.0, generator: torch.Generator | None = None, pad_token_id: int = 0) -> None:
+                 min_p: float = 0.0, generator: torch.Generator | None = None, pad_token_id: int = 0,
+                 hidden: bool = False, head=None) -> None:
         if not callable(model):
             raise TypeError(f"model must be callable (a causal LM), got {type(model).__name__}")
         if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
         self.warping = LogitsWarping(temperature, top_k, top_p, min_p)
-        self.model = model
+        # hidden=True: the model without its head; target_step returns hidden states (hf_hidden.py).
+        self.model, self.head = hidden_model(model, hidden, head)
         self.greedy = self.warping.greedy
         self.generator = generator
         self.pad_token_id = pad_token_id
         self._sample_kwargs = dict(self.warping.kwargs(), generator=generator)
-        self._keeps_logits = _takes_argument(model, "logits_to_keep")
+        self._keeps_logits = _takes_argument(self.model, "logits_to_keep")
         self.reset()
 
     def reset(self) -> None:
@@ -215,6 +225,8 @@ class HFBatchedCausalLM:
         from (``sample_draft`` under ``warping``); None at temperature 0.
         ``k`` forwards for the whole batch.
         """
+        if self.head is not None:
+            raise ValueError("a hidden=True adapter is a target: its draft_step would need logits rows")
         logits = self._advance(prefixes, rows, None, keep=1)[:, -1]
         tokens = torch.empty((len(prefixes), k), dtype=torch.int64)
         drawn_from = None if self.greedy else logits.new_empty((len(prefixes), k, logits.shape[-1]))
@@ -447,7 +459,7 @@ def _takes_argument(model, name: str) -> bool:
 
 
 def hf_batched_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-                         generator=None, pad_token_id=0):
+                         generator=None, pad_token_id=0, hidden=False):
     """``(draft_step, target_step)`` for two causal LMs and a batch, under one warping.
 
     Parameters
@@ -457,6 +469,8 @@ def hf_batched_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0,
         a ``config.vocab_size``, a difference raises ``ValueError``.
     temperature, top_k, top_p, min_p, generator, pad_token_id
         As in ``HFBatchedCausalLM``; one warping for both models.
+    hidden : bool, default False
+        The target's head in the op (``HFBatchedCausalLM(hidden=True)``).
 
     Returns
     -------
@@ -473,5 +487,5 @@ def hf_batched_step_pair(draft_model, target_model, *, temperature=1.0, top_k=0,
         )
     warp = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, pad_token_id=pad_token_id)
     draft = HFBatchedCausalLM(draft_model, generator=generator, **warp)
-    target = HFBatchedCausalLM(target_model, **warp)
+    target = HFBatchedCausalLM(target_model, hidden=hidden, **warp)  # hidden: the head in the op
     return draft.draft_step, target.target_step

@@ -51,7 +51,8 @@ def load_kernel():
 
 
 def generate(model, input_ids=None, attention_mask=None, assistant_model=None, generation_config=None,
-             streamer=None, inputs=None, decode_stats=None, verification="token", draft_runtime="auto", **kwargs):
+             streamer=None, inputs=None, decode_stats=None, verification="token", draft_runtime="auto",
+             lm_head_in_op=False, **kwargs):
     """``generate()`` with batched speculative decoding; see the module docstring and the README.
 
     Parameters
@@ -92,6 +93,15 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
         ``"auto"`` (the default) the lean one where it runs. The draft decides
         speed, never the output: greedy rows are the target's argmaxes and
         sampled rows follow the target's law for any draft.
+    lm_head_in_op : bool, default False
+        The target's LM head inside verification: the target's forwards stop
+        at its last hidden states and ``verify_hidden`` computes the logits
+        of every verified row in one pass over the head's weights
+        (``HFBatchedCausalLM(hidden=True)``; DESIGN.md, "Hidden states in the
+        decoder"). Greedy output then equals plain greedy decoding on that
+        head, which may differ from ``generate()``'s at a near-tie (another
+        float32 dot order). The batch is verified sequence by sequence: each
+        reads the head once per round.
 
     Returns
     -------
@@ -114,7 +124,9 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
     if options.max_new == 0:
         return _output(options, options.input_ids)
     draft = None if options.prompt_lookup else _draft_runtime(assistant_model, draft_runtime)
-    new_tokens, stats = _decode(model, draft, options, streamer)
+    if not isinstance(lm_head_in_op, bool):
+        raise TypeError(f"lm_head_in_op must be True or False, got {type(lm_head_in_op).__name__}")
+    new_tokens, stats = _decode(model, draft, options, streamer, lm_head_in_op)
     if decode_stats is not None:
         decode_stats.append(stats)
     return _output(options, _concatenate(options, new_tokens))
@@ -139,18 +151,19 @@ def _draft_runtime(assistant_model, runtime):
 # ----------------------------------------------------------------------------
 
 
-def _decode(model, draft, options: Options, streamer):
-    """Each row's new tokens (1-D int64 CPU tensors) and the run's statistics."""
+def _decode(model, draft, options: Options, streamer, hidden: bool = False):
+    """Each row's new tokens (1-D int64 CPU tensors) and the run's statistics (``hidden``: the head in the op)."""
     sv = load_kernel()
     pad = options.pad_token_id if options.pad_token_id is not None else 0
     if options.prompt_lookup:
         # No draft model: the proposals are read from each row's own prefix.
         draft_step = sv.PromptLookupDraft(max_ngram=options.max_ngram).batched
-        target_step = sv.HFBatchedCausalLM(model, **options.warping, pad_token_id=pad).target_step
+        target_step = sv.HFBatchedCausalLM(model, **options.warping, pad_token_id=pad, hidden=hidden).target_step
         # Point masses (rows None) carry no warping: the target's is the run's.
         warping = None if options.greedy else target_step.__self__.warping
     else:
-        draft_step, target_step = sv.hf_batched_step_pair(draft, model, **options.warping, pad_token_id=pad)
+        draft_step, target_step = sv.hf_batched_step_pair(draft, model, **options.warping, pad_token_id=pad,
+                                                          hidden=hidden)
         warping = None
     decoder = sv.BatchedSpeculativeDecoder(draft_step, target_step, k=options.k, greedy=options.greedy,
                                            eos_token_id=options.eos_token_id, method=options.verification,
