@@ -192,3 +192,24 @@ def test_autocost_misuse_is_named(sv):
     with pytest.raises(ValueError, match="disagrees with the AutoCost"):
         sv.SpeculativeDecoder(lambda p, k: (torch.zeros(k, dtype=torch.int64), None), lambda p, t: None,
                               k=sv.AutoCost(4), k_max=5)
+
+
+def test_predicted_tokens_are_the_packages_law(sv):
+    """expected_tokens (plain Python, every round) equals law.expected_accepted over alpha * reach, cut at min(k, cap)."""
+    model = sv.AutoCost(k_max=6)
+    gen = torch.Generator().manual_seed(0)
+    for r in range(40):  # bursty evidence for two sequences, with short proposals
+        outcomes = []
+        for seq in (0, 1):
+            asked = int(torch.randint(0, 7, (1,), generator=gen))
+            drafted = int(torch.randint(0, asked + 1, (1,), generator=gen))
+            outcomes.append((seq, asked, drafted, int(torch.randint(0, drafted + 1, (1,), generator=gen))))
+        model.record(2, 6, max(o[2] for o in outcomes), (0.0, 0.01, 0.0), outcomes)
+    caps = [6, 3]
+    tokens, _ = model.expected_tokens([0, 1], caps)
+    for k in range(7):
+        expect = sum(1.0 + sv.expected_accepted(torch.tensor(
+            [a * p if i < min(k, cap) else 0.0 for i, (a, p) in enumerate(zip(model.alpha(s), model.reach(s)))],
+            dtype=torch.float64)) for s, cap in zip((0, 1), caps))
+        assert tokens[k] == pytest.approx(expect, rel=1e-12), k
+    assert tokens[6] > tokens[1] > tokens[0] == 2.0  # not vacuous: evidence moved the estimates

@@ -41,7 +41,7 @@ choice depends only on what happened before the round (timings, earlier
 outcomes), never on the round's own uniforms, so every round is a valid
 speculative round and the output law is the target's (DESIGN.md, "k = auto").
 
-Only the Python standard library and torch are imported here.
+Only the Python standard library is imported here.
 """
 
 from __future__ import annotations
@@ -50,9 +50,6 @@ import collections
 import math
 import statistics
 
-import torch
-
-from .law import expected_accepted
 
 __all__ = ["AutoCost"]
 
@@ -159,9 +156,13 @@ class AutoCost:
         _, _, ext, reached = self._evidence.get(seq, [[0.0] * self.k_max for _ in range(4)])
         return _shrunk(ext, reached, _PRIOR_REACH)
 
-    def target_cost(self, batch: int, positions: int):
-        """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet)."""
-        measured = {n: statistics.median(s) for (b, n), s in self._target.items() if b == batch and s}
+    def target_cost(self, batch: int, positions: int, measured: dict | None = None):
+        """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet).
+
+        ``measured``: ``_measured(batch)``, when the caller prices many sizes at once.
+        """
+        if measured is None:
+            measured = self._measured(batch)
         if positions in measured:
             return measured[positions]
         if not measured:
@@ -180,38 +181,57 @@ class AutoCost:
         lo, hi = max(below), min(above)
         return measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
 
+    def _measured(self, batch: int) -> dict:
+        """``{positions: median seconds}`` of the target evals measured at ``batch``."""
+        return {n: statistics.median(s) for (b, n), s in self._target.items() if b == batch and s}
+
+    def expected_tokens(self, seqs: list, caps: list) -> tuple:
+        """``(E[tokens | k] summed over seqs for k = 0 .. k_max, [(reach, cap) per seq])``.
+
+        By the law over ``alpha_i * reach_i`` (a position emits only if proposed
+        and accepted): ``law.expected_accepted``'s sum of prefix products,
+        ``1 + sum_{j <= min(k, cap)} prod_{i < j} alpha_i reach_i`` (tested
+        equal), in plain Python -- this runs every round, and a tiny model's
+        round is a few milliseconds.
+        """
+        tokens = [0.0] * (self.k_max + 1)
+        reaches = []
+        for s, cap in zip(seqs, caps):
+            reach = self.reach(s)
+            emit = [a * r for a, r in zip(self.alpha(s), reach)]
+            total = prefix = 1.0
+            tokens[0] += total
+            for k in range(1, self.k_max + 1):
+                if k <= cap:
+                    prefix *= emit[k - 1]
+                    total += prefix
+                tokens[k] += total
+            reaches.append((reach, cap))
+        return tokens, reaches
+
     def choose(self, seqs: list, caps: list) -> tuple:
         """``(k, (predicted tokens, predicted seconds))`` for a round over ``seqs``, each drafting at most ``caps[b]``.
 
         The prediction is None for a round chosen with nothing measured (a plain step).
         """
         batch = len(seqs)
+        if len(self._target.get((batch, 1), ())) < _MIN_SAMPLES:
+            # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
+            # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
+            return 0, None
         draft = self._draft_per_token.get(batch)
         c_draft = statistics.median(draft) if draft else 0.0
         other = self._other.get(batch)
         c_other = statistics.median(other) if other else 0.0
-        # E[tokens | k] for every k at once, by the law over alpha_i * reach_i (a position emits only if
-        # proposed and accepted): row k of its input is zeroed from min(k, cap), so later terms vanish.
-        ks = torch.arange(self.k_max + 1).view(-1, 1)
-        positions = torch.arange(self.k_max).view(1, -1)
-        tokens = torch.zeros(self.k_max + 1, dtype=torch.float64)
-        reaches = []
-        for s, cap in zip(seqs, caps):
-            reach = self.reach(s)
-            a = torch.tensor([x * r for x, r in zip(self.alpha(s), reach)], dtype=torch.float64).view(1, -1)
-            tokens += 1.0 + expected_accepted(torch.where(positions < ks.clamp(max=cap), a, 0.0))
-            reaches.append((reach, cap))
+        tokens, reaches = self.expected_tokens(seqs, caps)
+        costs = self._expected_target_costs(batch, reaches, self._measured(batch))
         candidates = []  # (rate, -k, tokens, seconds): ties go to the smaller k
         for k in range(min(self.k_max, max(caps)) + 1):
-            if k == 0 and len(self._target.get((batch, 1), ())) < _MIN_SAMPLES:
-                # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
-                # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
-                return 0, None
-            cost = self._expected_target_cost(batch, k, reaches)
+            cost = costs[k]
             if cost is None:
                 continue
             seconds = max(k * c_draft + cost + c_other, 1e-12)
-            candidates.append((float(tokens[k]) / seconds, -k, float(tokens[k]), seconds))
+            candidates.append((tokens[k] / seconds, -k, tokens[k], seconds))
         best = max(candidates)
         # One step up from the best, measured once or twice, may hold an outlier that stalls the climb:
         # while it is close, measure it again (bounded: _MIN_SAMPLES rounds per size, ever). A size
@@ -221,29 +241,35 @@ class AutoCost:
         chosen = up[0] if up else best
         return -chosen[1], (chosen[2], chosen[3])
 
-    def _expected_target_cost(self, batch: int, k: int, reaches: list):
-        """``E[c_target(W + 1)]`` for the eval width ``W = max_b min(k, cap_b, proposed_b)`` (None: unpriced)."""
-        # P(sequence b proposes at least j) = prod_{i<j} reach_b,i for j <= min(k, cap_b), else 0.
-        at_least = []
+    def _expected_target_costs(self, batch: int, reaches: list, measured: dict) -> list:
+        """``E[c_target(W + 1)]`` for every ``k`` in ``0 .. k_max`` (None: unpriced), ``W = max_b min(k, cap_b, proposed_b)``.
+
+        ``P(W >= j) = 1 - prod_b (1 - P(b proposes >= j))`` for ``j <= k`` (0 beyond), with
+        ``P(b proposes >= j) = prod_{i<j} reach_b,i`` for ``j <= cap_b``: the same for every
+        ``k``, so ``E_k = sum_{j<k} (G_j - G_{j+1}) c(j+1) + G_k c(k+1)``, one pass for all ``k``.
+        """
+        rows = []
         for reach, cap in reaches:
             p, row = 1.0, [1.0]
-            for j in range(1, k + 1):
+            for j in range(1, self.k_max + 1):
                 p = p * reach[j - 1] if j <= cap else 0.0
                 row.append(p)
-            at_least.append(row)
-        total = 0.0
-        for j in range(k + 1):
-            # P(W >= j) - P(W >= j + 1), with P(W >= j) = 1 - prod_b (1 - P(b proposes >= j)).
-            ge = 1.0 - math.prod(1.0 - row[j] for row in at_least) if j else 1.0
-            ge_next = 1.0 - math.prod(1.0 - row[j + 1] for row in at_least) if j < k else 0.0
-            weight = ge - ge_next
-            if weight <= 0.0:
-                continue
-            cost = self.target_cost(batch, j + 1)
-            if cost is None:
-                return None
-            total += weight * cost
-        return total
+            rows.append(row)
+        ge = [1.0] + [1.0 - math.prod(1.0 - row[j] for row in rows) for j in range(1, self.k_max + 1)]
+        out, head, priced = [], 0.0, True  # head: sum_{j<k} (G_j - G_{j+1}) c(j+1), None once unpriced
+        for k in range(self.k_max + 1):
+            tail = None if ge[k] > 0.0 and self.target_cost(batch, k + 1, measured) is None else \
+                (ge[k] * self.target_cost(batch, k + 1, measured) if ge[k] > 0.0 else 0.0)
+            out.append(head + tail if priced and tail is not None else None)
+            if k < self.k_max:
+                weight = ge[k] - ge[k + 1]
+                if weight > 0.0:
+                    cost = self.target_cost(batch, k + 1, measured)
+                    if cost is None:
+                        priced = False
+                    else:
+                        head += weight * cost
+        return out
 
 
 def _shrunk(hits: list, trials: list, prior: float) -> list:
