@@ -234,20 +234,8 @@ class LlamaHeadEngine(LlamaEngine):
         """Plain decoding on our head: ``(cpu s, wall s, new tokens)``, decoding only."""
         step = self.target(temperature)
         self.prefill(step, prompt)
-        sv, head = self.sv, step.head
-        kw = dict(step.warping.kwargs(), generator=generator)
-
-        def loop():
-            out = []
-            hidden = step._feed([prompt[-1]], rows=1)
-            for i in range(max_new):
-                token = int(sv.sample_hidden(hidden, head, **kw)[0])
-                out.append(token)
-                if i + 1 < max_new:
-                    hidden = step._feed([token], rows=1)
-            return out
-
-        return _timed(loop)
+        feed = lambda token: step._feed([token], rows=1)  # noqa: E731
+        return _timed(lambda: _head_plain_loop(self.sv, step, feed, prompt[-1], max_new, generator))
 
     def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
         """The engine's own plain loop (its head, same adapter code) first, then ``LlamaEngine``'s peers."""
@@ -265,6 +253,18 @@ class LlamaHeadEngine(LlamaEngine):
         if self.draft_llama is not None:
             out["draft"] = _llama_costs(self.draft(0.0, None), [1], context, calls)
         return out
+
+
+def _head_plain_loop(sv, step, feed, first: int, max_new: int, generator) -> list:
+    """Plain decoding on ``step.head``: ``feed(token)`` gives its hidden row, ``sample_hidden`` the next token."""
+    kw = dict(step.warping.kwargs(), generator=generator)
+    out = []
+    hidden = feed(first)
+    for i in range(max_new):
+        out.append(int(sv.sample_hidden(hidden, step.head, **kw)[0]))
+        if i + 1 < max_new:
+            hidden = feed(out[-1])
+    return out
 
 
 def _llama_costs(step, sizes, context, calls, head=None, sv=None):
@@ -418,7 +418,57 @@ class HFEngine:
         return out
 
 
-def _hf_costs(step, sizes, context, calls):
+class HFHeadEngine(HFEngine):
+    """transformers with the LM head in our op: the target is ``HFCausalLMStep(hidden=True)`` (issue 25).
+
+    The same model as the ``HFEngine`` it wraps; the head is the model's own (float32, tied for the
+    real models). ``plain loop``: plain decoding on that head (``sample_hidden``); the engine's own
+    plain loop (torch's head) is a peer row, ``transformers plain loop (its head)``.
+    """
+
+    name = "transformers + head in op"
+
+    def __init__(self, base: HFEngine):
+        self.spec, self.sv, self.model, self.draft_model = base.spec, base.sv, base.model, base.draft_model
+        self.tokenizer_engine = base.tokenizer_engine
+        self.base = base
+        self._targets = {}
+        self.head = None
+
+    def target(self, temperature: float):
+        if temperature not in self._targets:
+            step = self.sv.HFCausalLMStep(self.model, temperature=temperature, hidden=True, head=self.head)
+            self.head = step.head
+            self._targets[temperature] = step
+        return self._targets[temperature]
+
+    def plain(self, prompt: list, max_new: int, temperature: float, generator):
+        step = self.target(temperature)
+        self.prefill(step, prompt)
+        feed = lambda token: step._feed(torch.tensor([token]), rows=1)  # noqa: E731
+
+        def loop():
+            with torch.inference_mode():
+                return _head_plain_loop(self.sv, step, feed, prompt[-1], max_new, generator)
+
+        return _timed(loop)
+
+    def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
+        cpu, wall, new = self.base.plain(prompt, max_new, temperature, torch.Generator().manual_seed(seed))
+        out = {"transformers plain loop (its head)": (cpu, wall, len(new), new)}
+        out.update(self.base.peers(prompt, max_new, temperature, seed, lookup_n))
+        return out
+
+    def eval_costs(self, sizes, context: int = 64, calls: int = 8) -> dict:
+        """As ``LlamaHeadEngine.eval_costs``: the forward to the norm plus our head's pass; ``engine``: torch's."""
+        out = {"target": _hf_costs(self.target(0.0), sizes, context, calls, head=self.head, sv=self.sv),
+               "engine": _hf_costs(self.base.target(0.0), sizes, context, calls)}
+        if self.draft_model is not None:
+            out["draft"] = _hf_costs(self.draft(0.0, None), [1], context, calls)
+        return out
+
+
+def _hf_costs(step, sizes, context, calls, head=None, sv=None):
     costs = {}
     with torch.inference_mode():
         step.reset()
@@ -427,7 +477,9 @@ def _hf_costs(step, sizes, context, calls):
             v = []
             for _ in range(calls + 2):
                 c0 = time.process_time()
-                step._feed(torch.arange(10, 10 + n), rows=n)
+                rows = step._feed(torch.arange(10, 10 + n), rows=n)
+                if head is not None:  # the head's pass is part of the eval when the head is ours
+                    sv.verify_hidden(rows, head, torch.arange(11, 10 + n), temperature=0.0)
                 v.append(time.process_time() - c0)
                 step._rollback(context)
             costs[n] = 1e3 * statistics.median(v[2:])
