@@ -206,6 +206,16 @@ Q8_ISA_SCRIPT = """
                 for threads in (1, 2):
                     torch.set_num_threads(threads)
                     bad += not torch.equal(ref, sv.ops.hidden_logits(h, head.weight, head.bias, 1, dim))
+    # Raw blocks of any int8 (-128 too, which ggml never writes) at extreme magnitudes: every row's
+    # quantized values reach +-127, so the products reach 128 * 127 (the AVX2 pairs' 32512).
+    for vocab, dim in [(45, 64), (1031, 160)]:
+        raw = torch.randint(0, 256, (vocab, dim // 32, 34), dtype=torch.uint8, generator=gen)
+        raw[:, :, 2:6] = torch.tensor([128, 127, 128, 129], dtype=torch.uint8)  # -128, 127, -128, -127
+        raw[:, :, :2] = (torch.rand(vocab, dim // 32, 1, generator=gen) * 2 - 1).half().view(torch.uint8)
+        head = sv.LMHead.q8_0(raw.reshape(vocab, -1), dim)
+        h = torch.randn(9, dim, generator=gen)
+        h[:, ::32], h[:, 1::32], h[:, 2::32] = 50.0, -50.0, -50.0
+        bad += not torch.equal(lm.reference_logits(head, h), sv.ops.hidden_logits(h, head.weight, None, 1, dim))
     x = q8_0_edge_rows()
     probe = _probe_head(sv, x.shape[1])
     bad += not same_logits(lm.reference_logits(probe, x), sv.ops.hidden_logits(x, probe.weight, None, 1, x.shape[1]))
