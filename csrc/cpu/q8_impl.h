@@ -136,6 +136,7 @@ SV_VNNI void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
   alignas(64) int32_t offset[16];
   for (int j = 0; j < 16; ++j) offset[j] = static_cast<int32_t>(row[j] - row[0]);  // < 2^31: q8_rows checks
   const __m512i offsets = _mm512_load_si512(offset);
+  const bool ahead = v + 32 <= t.end;
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = b * kQ8BlockBytes;
     __m512i c[8];
@@ -145,11 +146,13 @@ SV_VNNI void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
           _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j + 8] + off + 2)));
       c[j] = _mm512_xor_si512(_mm512_mask_blend_epi64(0xF0, lo, hi), flip);  // u8 = w + 128
     }
-    // The next 16 ids' block (past the weights too: a prefetch does not fault):
-    // 16 rows read side by side defeat the hardware prefetcher (22 ms against
-    // 25 for the bench's head, V = 262144, d = 640, 5 rows).
-    for (int j = 0; j < 16; j += 2) {
-      _mm_prefetch(reinterpret_cast<const char*>(row[j] + off + 16 * t.row_bytes), _MM_HINT_T0);
+    // The next 16 ids' block, when in the tile: 16 rows read side by side defeat
+    // the hardware prefetcher (22 ms against 25 for the bench's head, V = 262144,
+    // d = 640, 5 rows).
+    if (ahead) {
+      for (int j = 0; j < 16; j += 2) {
+        _mm_prefetch(reinterpret_cast<const char*>(row[j] + off + 16 * t.row_bytes), _MM_HINT_T0);
+      }
     }
     // The 16 scales: one gather of the dwords starting at each block (scale in the low half).
     const __m512i sw = _mm512_i32gather_epi32(offsets, row[0] + off, 1);
