@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         results[name] = interleaved_medians(fns, args.repeats)
     load_after = os.getloadavg()
     bars = {"bf16": 2.0, "q8_0": 2.5}
-    machine = (f"{cpu_name()}, {os.cpu_count()} cores, ISA {sv.build_info()['head_isa']}, {args.threads} thread(s), "
+    machine = (f"{cpu_name()}, {os.cpu_count()} cores, ISA {sv.build_info()['head_isa']} (Q8_0: {sv.build_info()['q8_isa']}), {args.threads} thread(s), "
                f"load average {load_before[0]:.1f} before / {load_after[0]:.1f} after")
     print(f"verify_hidden, V = {v}, d = {d}, K+1 = {k + 1}; {machine}")
     print(f"{'head':6} {'MB':>6} {'floor':>8} {'torch row':>10} {'naive':>8} {'greedy':>8} {'sampled':>8} "

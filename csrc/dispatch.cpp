@@ -48,6 +48,13 @@ const KernelTable& select_kernels() {
       table.f16.residual = narrow.f16.residual;
       table.bf16.mass = narrow.bf16.mass;
       table.bf16.residual = narrow.bf16.residual;
+      // The Q8_0 head's kernel needs VNNI on top (vpdpbusd: csrc/cpu/q8_impl.h);
+      // without it the AVX2 one (the same function) runs.
+      __builtin_cpu_init();
+      if (!__builtin_cpu_supports("avx512vnni")) {
+        table.q8_logits = narrow.q8_logits;
+        table.q8_isa = narrow.q8_isa;
+      }
       return table;
     }();
     return mixed;
@@ -85,6 +92,7 @@ std::string build_info() {
   out << "arch=other;";
 #endif
   out << "isa=" << table.isa << ";mass_isa=" << table.mass_isa << ";warp_isa=" << table.warp_isa << ";head_isa=" << table.head_isa
+      << ";q8_isa=" << table.q8_isa
       << ";compiled=DEFAULT";
 #if defined(SV_HAVE_AVX2)
   out << ",AVX2";

@@ -154,8 +154,12 @@ struct HeadTile {
   int64_t row_bytes;
   int32_t format;         // HeadFormat
   int64_t dim;            // d
-  const float* hidden;    // rows x padded_dim float32, zero past dim
+  const float* hidden;    // dense heads: rows x padded_dim float32, zero past dim
   int64_t padded_dim;     // d rounded up to kHeadLanes
+  // Q8_0 heads: the rows quantized to Q8_0 (csrc/ops_hidden.cpp, quantize_rows).
+  const int8_t* hq;       // rows x dim int8, each in [-127, 127]
+  const float* hscale;    // rows x (dim / 32): each block's fp16 scale, widened (NaN: a refused block)
+  const int32_t* hsum;    // rows x (dim / 32): -128 * (the block's sum of hq), for the u8 offset trick
   int64_t rows;
   const float* bias;      // [V], or null
   int64_t begin, end;
@@ -174,9 +178,12 @@ struct KernelTable {
   // out[j] = exp_sv((logits[j] - row_max) * scale), 0 below kExpFloor: the
   // weights of a short list of float32 logits (the top-k candidates).
   void (*weights_of)(const float* logits, int64_t n, float row_max, float scale, float* out);
-  // The LM head's logits of one tile of ids (csrc/cpu/hidden_impl.h).
+  // The LM head's logits of one tile of ids (csrc/cpu/hidden_impl.h): dense
+  // heads by head_logits, Q8_0 heads by q8_logits (csrc/cpu/q8_impl.h).
   void (*head_logits)(const HeadTile& tile);
   const char* head_isa;  // the ISA of head_logits
+  void (*q8_logits)(const HeadTile& tile);
+  const char* q8_isa;    // the ISA of q8_logits ("AVX512_VNNI", "AVX2", "DEFAULT", "NEON")
 };
 
 // Which instruction sets are compiled follows from the target machine alone

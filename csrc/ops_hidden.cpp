@@ -23,8 +23,10 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/Half.h>
 #include <c10/util/irange.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -38,9 +40,60 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kFormatDense = 0;
 constexpr int64_t kFormatQ8_0 = 1;
 
+// ----------------------------------------------------------------------------
+// A Q8_0 head's rows, quantized as ggml's quantize_row_q8_0_ref
+// ----------------------------------------------------------------------------
+
+// Per block of 32 (DESIGN.md, Note [LM head logits]): amax = max |x|,
+// d = amax / 127, id = d != 0 ? 1 / d : 0, q = roundf(x * id) (half away from
+// zero; |x * id| <= 127 * (1 + 2^-22), so the clamp to [-127, 127] never
+// acts), scale = fp16(d) (to nearest even), widened. Two cases ggml leaves
+// undefined are defined here:
+// * a block holding NaN or +-inf, or whose scale overflows fp16 (d >= 65520):
+//   q = 0 and scale NaN, so every logit of its row is NaN and the op's NaN
+//   checks refuse the row by name (the float32 dot of an inf would give inf
+//   or NaN by the weights' signs: no value the caller could use either);
+// * a zero scale (d < 2^-25, where 1 / d may overflow and x * id be inf or
+//   NaN): q = 0. Its terms are float(sumi) * (dw * 0) = 0 whatever q is, so
+//   the value is ggml's.
+void quantize_rows(const float* x, int64_t rows, int64_t stride, int64_t dim, int8_t* q, float* scale,
+                   int32_t* sum) {
+  const int64_t nb = dim / kQ8Block;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + r * stride + b * kQ8Block;
+      int8_t* qb = q + r * dim + b * kQ8Block;
+      float amax = 0.f;
+      bool finite = true;
+      for (int64_t i = 0; i < kQ8Block; ++i) {
+        finite &= std::isfinite(xb[i]);
+        amax = std::max(amax, std::fabs(xb[i]));
+      }
+      const float d = finite ? amax / 127.f : 0.f;
+      const float s = static_cast<float>(c10::Half(d));
+      const bool refused = !finite || !std::isfinite(s);
+      const float id = d != 0.f ? 1.f / d : 0.f;
+      int32_t total = 0;
+      for (int64_t i = 0; i < kQ8Block; ++i) {
+        const float v = refused || s == 0.f ? 0.f : std::roundf(xb[i] * id);
+        qb[i] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, v)));
+        total += qb[i];
+      }
+      scale[r * nb + b] = refused ? std::numeric_limits<float>::quiet_NaN() : s;
+      sum[r * nb + b] = -128 * total;
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------
+// The head
+// ----------------------------------------------------------------------------
+
 // A checked head and the rows it is applied to.
 struct Head {
   at::Tensor hidden;  // float32 [R, padded_dim], zero past dim
+  at::Tensor hq;      // Q8_0 heads: the rows quantized (int8 [R, d], float32 and int32 [R, d / 32])
+  at::Tensor hscale, hsum;
   at::Tensor weight;  // kept alive: rows read in place
   at::Tensor bias;    // float32 [V], or undefined
   HeadTile tile{};    // everything but begin, end, out, out_stride, rows
@@ -102,19 +155,49 @@ Head check_head(const at::Tensor& hidden, const at::Tensor& weight, const std::o
   h.tile.hidden = h.hidden.data_ptr<float>();
   h.tile.padded_dim = padded;
   h.tile.bias = h.bias.defined() ? h.bias.data_ptr<float>() : nullptr;
+  if (format == kHeadQ8_0) {
+    const int64_t nb = dim / kQ8Block;
+    h.hq = at::empty({h.rows, dim}, hidden.options().dtype(at::kChar));
+    h.hscale = at::empty({h.rows, nb}, hidden.options().dtype(at::kFloat));
+    h.hsum = at::empty({h.rows, nb}, hidden.options().dtype(at::kInt));
+    h.tile.hq = h.hq.data_ptr<int8_t>();
+    h.tile.hscale = h.hscale.data_ptr<float>();
+    h.tile.hsum = h.hsum.data_ptr<int32_t>();
+    quantize_rows(h.tile.hidden, h.rows, padded, dim, h.hq.data_ptr<int8_t>(), h.hscale.data_ptr<float>(),
+                  h.hsum.data_ptr<int32_t>());
+  }
   return h;
+}
+
+// The tile's rows from r0 on, and the kernel of the head's format.
+HeadTile rows_from(const HeadTile& tile, int64_t r0) {
+  HeadTile t = tile;
+  t.hidden = tile.hidden + r0 * tile.padded_dim;
+  if (tile.format == kHeadQ8_0) {
+    t.hq = tile.hq + r0 * tile.dim;
+    t.hscale = tile.hscale + r0 * (tile.dim / kQ8Block);
+    t.hsum = tile.hsum + r0 * (tile.dim / kQ8Block);
+  }
+  return t;
+}
+
+void run_head(const HeadTile& tile) {
+  if (tile.format == kHeadQ8_0) {
+    kernels().q8_logits(tile);
+  } else {
+    kernels().head_logits(tile);
+  }
 }
 
 // Logits of rows [r0, r0 + rows) for tile `t` into out (rows x block floats).
 void tile_logits(const Head& h, int64_t t, int64_t r0, int64_t rows, float* out) {
-  HeadTile tile = h.tile;
-  tile.hidden = h.tile.hidden + r0 * h.tile.padded_dim;
+  HeadTile tile = rows_from(h.tile, r0);
   tile.rows = rows;
   tile.begin = t * h.block;
   tile.end = std::min(h.vocab, tile.begin + h.block);
   tile.out = out;
   tile.out_stride = h.block;
-  kernels().head_logits(tile);
+  run_head(tile);
 }
 
 // ----------------------------------------------------------------------------
@@ -354,7 +437,7 @@ at::Tensor hidden_logits(const at::Tensor& hidden, const at::Tensor& weight, con
       tile.end = std::min(h.vocab, tile.begin + h.block);
       tile.out = o + tile.begin;
       tile.out_stride = h.vocab;
-      kernels().head_logits(tile);
+      run_head(tile);
     }
   });
   return out;

@@ -65,11 +65,39 @@ def test_logits_equal_reference_bit_for_bit(sv, vocab, dim):
             ref = lm.reference_logits(head, h)
             fast = sv.ops.hidden_logits(h, head.weight, head.bias, head.format_code, head.dim)
             assert torch.equal(ref, fast), (head, rows)
-            # It is a dot product (the order aside): close to float64's.
+            # It is a dot product (the order aside; Q8_0: the rows quantized too): close to float64's.
             exact = h.double() @ head.dequantized().double().T
             if head.bias is not None:
                 exact += head.bias.double()
-            assert torch.allclose(fast.double(), exact, rtol=1e-4, atol=1e-4 * math.sqrt(dim))
+            if head.format == "Q8_0":
+                assert ((fast.double() - exact).abs() <= q8_0_error_bound(head, h)).all(), (head, rows)
+            else:
+                assert torch.allclose(fast.double(), exact, rtol=1e-4, atol=1e-4 * math.sqrt(dim))
+
+
+def q8_0_error_bound(head, h: torch.Tensor) -> torch.Tensor:
+    """A bound on |Q8_0 logits - float64 logits of the dequantized weights| ([n, V]), derived.
+
+    Per block: dx = fp16(d), d = amax / 127, q = roundf(x * id), so
+    |dx * q - x| <= dx * |q - x * id| + |x| * |dx * id * (1 + e) - 1| <= 0.5 dx + 2^-10 |x|
+    (the fp16 rounding 2^-11, the float32 ones a few 2^-24; when dx is 0, q = 0 and
+    |x| <= 127 * 2^-25 * (1 + 2^-11)). The error of the exact dot is then at most
+    sum_b |dw_b| sum_i |w_i| (0.5 dx_b + 2^-10 |x_i|) (+ 2^-18 per block for a zero dx),
+    and float32's rounding adds at most (nb + 2) * 2^-24 * (sum of |terms| + |bias|).
+    """
+    lm = importlib.import_module(type(head).__module__)
+    n, nb = h.shape[0], head.dim // 32
+    q, dx = lm.quantize_rows_q8_0(h)
+    blocks = head.weight.reshape(head.vocab, nb, 34)
+    dw = blocks[..., :2].contiguous().view(torch.float16).double()[..., 0]  # [V, nb]
+    qw = blocks[..., 2:].contiguous().view(torch.int8).double().abs()  # [V, nb, 32]
+    x = h.double().abs().reshape(n, nb, 32)
+    dxd = dx.double()
+    per_elem = 0.5 * dxd[..., None] + 2.0 ** -10 * x + torch.where(dxd == 0, 2.0 ** -18, 0.0)[..., None]
+    quant = torch.einsum("vb,vbk,nbk->nv", dw.abs(), qw, per_elem)
+    terms = torch.einsum("vb,vbk,nbk->nv", dw.abs(), qw, q.double().abs() * dxd[..., None])
+    bias = head.bias.double().abs() if head.bias is not None else 0.0
+    return quant + (nb + 2) * 2.0 ** -24 * (terms + bias)
 
 
 def test_logit_order_is_a_real_constraint(sv):
@@ -104,17 +132,20 @@ def test_fma_emulation_equals_the_hardware_fma(sv):
     assert not torch.equal(torch.add(torch.mul(a, beta), c), emulated)
 
 
-def test_logits_do_not_depend_on_rows_or_threads(sv):
+@pytest.mark.parametrize("q8", [False, True])
+def test_logits_do_not_depend_on_rows_or_threads(sv, q8):
     gen = torch.Generator().manual_seed(5)
-    head = sv.LMHead(torch.randn(20000, 64, generator=gen).to(torch.bfloat16))
-    h = torch.randn(7, 64, generator=gen)
+    w = torch.randn(20001, 64, generator=gen)
+    head = sv.LMHead.q8_0(q8_0_blocks(w), 64) if q8 else sv.LMHead(w.to(torch.bfloat16))
+    h = torch.randn(9, 64, generator=gen)
+    logits = lambda x: sv.ops.hidden_logits(x, head.weight, None, head.format_code, 64)  # noqa: E731
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = sv.ops.hidden_logits(h, head.weight, None, 0, 64)
-        rows = torch.cat([sv.ops.hidden_logits(h[i:i + 1], head.weight, None, 0, 64) for i in range(7)])
+        one = logits(h)
+        rows = torch.cat([logits(h[i:i + 1]) for i in range(9)])
         torch.set_num_threads(2)
-        two = sv.ops.hidden_logits(h, head.weight, None, 0, 64)
+        two = logits(h)
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(one, rows) and torch.equal(one, two)
@@ -150,6 +181,54 @@ def test_each_instruction_set_computes_the_same_logits(sv, capability):
     check_isa_script(sv, capability, HIDDEN_ISA_SCRIPT)
 
 
+# Q8_0 heads on one ISA: odd V (tails of 16 and 8 ids), d multiples of 32, rows 1..9 (AVX-512
+# groups 8 rows), bias or not, 1 and 2 threads; and q8_isa is the kernel this CPU can run
+# (AVX512 runs AVX512_VNNI only with avx512_vnni; AVX2's kernel otherwise).
+Q8_ISA_SCRIPT = """
+    import importlib, torch
+    from tools.kernel_loader import load_kernel
+    from tests.test_hidden import _probe_head, q8_0_blocks, q8_0_edge_rows, same_logits
+    sv = load_kernel()
+    lm = importlib.import_module(sv.__name__ + ".lm_head")
+    info = sv.build_info()
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    want = {"AVX512": "AVX512_VNNI" if "avx512_vnni" in flags else "AVX2"}.get(info["head_isa"], info["head_isa"])
+    print(info["head_isa"])
+    gen = torch.Generator().manual_seed(0)
+    bad = int(info["q8_isa"] != want)
+    for vocab, dim in [(1, 32), (17, 64), (999, 96), (2049, 640)]:
+        w = torch.randn(vocab, dim, generator=gen) * 0.3
+        for bias in (None, torch.randn(vocab, generator=gen)):
+            head = sv.LMHead.q8_0(q8_0_blocks(w), dim, bias=bias)
+            for rows in range(1, 10):
+                h = torch.randn(rows, dim, generator=gen) * 2
+                ref = lm.reference_logits(head, h)
+                for threads in (1, 2):
+                    torch.set_num_threads(threads)
+                    bad += not torch.equal(ref, sv.ops.hidden_logits(h, head.weight, head.bias, 1, dim))
+    # Raw blocks of any int8 (-128 too, which ggml never writes) at extreme magnitudes: every row's
+    # quantized values reach +-127, so the products reach 128 * 127 (the AVX2 pairs' 32512).
+    for vocab, dim in [(45, 64), (1031, 160)]:
+        raw = torch.randint(0, 256, (vocab, dim // 32, 34), dtype=torch.uint8, generator=gen)
+        raw[:, :, 2:6] = torch.tensor([128, 127, 128, 129], dtype=torch.uint8)  # -128, 127, -128, -127
+        raw[:, :, :2] = (torch.rand(vocab, dim // 32, 1, generator=gen) * 2 - 1).half().view(torch.uint8)
+        head = sv.LMHead.q8_0(raw.reshape(vocab, -1), dim)
+        h = torch.randn(9, dim, generator=gen)
+        h[:, ::32], h[:, 1::32], h[:, 2::32] = 50.0, -50.0, -50.0
+        bad += not torch.equal(lm.reference_logits(head, h), sv.ops.hidden_logits(h, head.weight, None, 1, dim))
+    x = q8_0_edge_rows()
+    probe = _probe_head(sv, x.shape[1])
+    bad += not same_logits(lm.reference_logits(probe, x), sv.ops.hidden_logits(x, probe.weight, None, 1, x.shape[1]))
+    print(bad)
+    """
+
+
+@pytest.mark.native_only
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_each_instruction_set_computes_the_same_q8_0_logits(sv, capability):
+    check_isa_script(sv, capability, Q8_ISA_SCRIPT)
+
+
 @pytest.mark.llama_cpp  # gguf, installed with the llama.cpp integration's pins
 def test_q8_0_dequantization_is_ggufs(sv):
     # Dequantized = fp16 scale * int8, as the gguf package (ggml's Python twin) dequantizes.
@@ -161,6 +240,109 @@ def test_q8_0_dequantization_is_ggufs(sv):
     theirs = gguf.quants.dequantize(raw.numpy(), gguf.GGMLQuantizationType.Q8_0)
     assert torch.equal(head.dequantized(), torch.from_numpy(theirs).float().reshape(50, 64))
     assert (head.dequantized() - w).abs().max() < 0.05  # and it is a quantization of w
+
+
+def ggml_q8_0_logit(raw_row: torch.Tensor, x: torch.Tensor) -> float:
+    """One logit as ggml's scalar code computes it, written apart from lm_head: the row
+    through quantize_row_q8_0_ref, then ggml_vec_dot_q8_0_q8_0's generic loop (numpy
+    float32 arithmetic, C's roundf, numpy's fp16 rounding to nearest even)."""
+    import numpy as np
+
+    f32 = np.float32
+    blocks = raw_row.numpy().reshape(-1, 34)
+    xs = x.numpy().astype(np.float32).reshape(-1, 32)
+    total = f32(0)
+    for blk, xb in zip(blocks, xs):
+        amax = f32(np.abs(xb).max())
+        d = f32(amax / f32(127))
+        inv = f32(f32(1) / d) if d != 0 else f32(0)
+        qx = [int(math.copysign(math.floor(abs(float(f32(v * inv))) + 0.5), float(v))) for v in xb]
+        dx = f32(np.float16(d))
+        dw = f32(blk[:2].view(np.float16)[0])
+        sumi = sum(int(a) * b for a, b in zip(blk[2:].view(np.int8), qx))
+        total = f32(total + f32(f32(sumi) * f32(dw * dx)))
+    return float(total)
+
+
+def test_q8_0_logits_are_ggmls_dot(sv):
+    # The op, against an implementation of ggml's scalar reference that shares no code with lm_head.
+    gen = torch.Generator().manual_seed(21)
+    w = torch.randn(37, 96, generator=gen) * 0.3
+    head = sv.LMHead.q8_0(q8_0_blocks(w), 96)
+    h = torch.randn(3, 96, generator=gen) * 4
+    fast = sv.ops.hidden_logits(h, head.weight, None, 1, 96)
+    ggml = torch.tensor([[ggml_q8_0_logit(head.weight[v], h[r]) for v in range(37)] for r in range(3)])
+    assert torch.equal(fast, ggml)
+    # Negative control: the dense function on the dequantized weights is another one.
+    dense = sv.LMHead(head.dequantized())
+    assert not torch.equal(fast, sv.ops.hidden_logits(h, dense.weight, None, 0, 96))
+
+
+def _probe_head(sv, dim):
+    """A Q8_0 head whose logit v is q[v] * dx[v // 32] exactly: row v is 1 at element v (scale 1)."""
+    raw = torch.zeros(dim, dim // 32, 34, dtype=torch.uint8)
+    raw[:, :, :2] = torch.tensor([1.0], dtype=torch.float16).view(torch.uint8)
+    for v in range(dim):
+        raw[v, v // 32, 2 + v % 32] = 1
+    return sv.LMHead.q8_0(raw.reshape(dim, -1), dim)
+
+
+FP16_MAX = 65504.0
+
+
+def q8_0_edge_rows() -> torch.Tensor:
+    """Rows [5, 224] at the edges of the activations' quantization (what each block tests: below)."""
+    x = torch.zeros(5, 7 * 32)
+    # Row 0, block 0: amax 127 so d = 1 and x * id = x: ties go away from zero (torch.round: to even).
+    x[0, :8] = torch.tensor([127.0, 2.5, -2.5, 0.5, -0.5, 1.5, -126.5, 0.49999997])
+    # Block 1 stays zero (d = 0: q = 0, scale 0). Block 2: a fp16-subnormal scale (d = 1e-5 / 127).
+    x[0, 64:66] = torch.tensor([1e-5, -3e-6])
+    # Block 3: d = 1e-30 / 127 rounds to fp16 0 (q = 0); block 4: a float32 subnormal, 1 / d = inf.
+    x[0, 96], x[0, 128] = 1e-30, 1e-40
+    # Block 5: the largest finite fp16 scale, d = 65504; block 6: a plain block.
+    x[0, 160:162] = torch.tensor([FP16_MAX * 127, -1000.0])
+    x[0, 192:224] = torch.randn(32, generator=torch.Generator().manual_seed(0))
+    # Rows refused as a whole: NaN, -inf, and d = 65520, which rounds to fp16 inf.
+    x[1, 40], x[2, 3], x[3, 200] = math.nan, -math.inf, 65520.0 * 127
+    x[4] = x[0] * 0.75
+    return x
+
+
+def same_logits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, NaN where NaN."""
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+
+
+def test_q8_0_activation_quantization_edges(sv):
+    lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
+    x = q8_0_edge_rows()
+    dim = x.shape[1]
+    head = _probe_head(sv, dim)
+    q, dx = lm.quantize_rows_q8_0(x)
+    assert q[0, 0, :8].tolist() == [127, 3, -3, 1, -1, 2, -127, 0]
+    assert not torch.equal(torch.round(x[0, :8]), q[0, 0, :8].float())  # the ties are a real constraint
+    assert (q[0, 1] == 0).all() and dx[0, 1] == 0
+    assert dx[0, 2] == torch.tensor(1e-5 / 127).to(torch.float16).float() and 0 < dx[0, 2] < 6.2e-5
+    assert q[0, 2, :2].tolist() == [127, -38]
+    assert dx[0, 3] == 0 and dx[0, 4] == 0 and (q[0, 3:5] == 0).all()
+    assert dx[0, 5] == FP16_MAX and q[0, 5, :2].tolist() == [127, 0]
+    assert [bool(dx[r].isnan().any()) for r in range(5)] == [False, True, True, True, False]
+    assert (q[1:4].abs().sum(-1)[dx[1:4].isnan()] == 0).all()  # refused blocks hold q = 0
+    # The op's logits are q * dx: the C++ quantization equals the reference's, and each NaN row is NaN.
+    fast = sv.ops.hidden_logits(x, head.weight, None, 1, dim)
+    assert same_logits(fast, lm.reference_logits(head, x))
+    assert torch.equal(fast[0], (q[0].float() * dx[0][:, None]).reshape(dim))
+    assert fast[1:4].isnan().all() and not fast[[0, 4]].isnan().any()
+    # The NaN rows are refused by name, on both paths.
+    for verify in (sv.verify_hidden, hr.verify_hidden):
+        with pytest.raises(ValueError, match=r"logits\[1, 0\] is NaN"):
+            verify(x[:2], head, fast[:1].argmax(-1), temperature=0.0)
+        with pytest.raises(ValueError, match=r"logits\[2, 0\] is nan: logits must be finite"):
+            verify(x[[0, 4, 2]], head, torch.cat([fast[[0, 4]].argmax(-1)]), temperature=1.0,
+                   uniforms=torch.zeros(3, dtype=torch.float64))
+    for sample in (sv.sample_hidden, hr.sample_hidden):
+        with pytest.raises(ValueError, match=r"logits\[0, 0\] is NaN"):
+            sample(x[3:4], head, temperature=0.0)
 
 
 # ----------------------------------------------------------------------------
@@ -271,14 +453,16 @@ class _ToyTarget:
         return torch.stack(out)
 
 
+@pytest.mark.parametrize("q8", [False, True])
 @pytest.mark.parametrize("fast", [True, False])
-def test_greedy_speculation_equals_plain_greedy(sv, fast):
+def test_greedy_speculation_equals_plain_greedy(sv, fast, q8):
     hr = mod(sv, "hidden_reference")
     verify = sv.verify_hidden if fast else hr.verify_hidden
     sample = sv.sample_hidden if fast else hr.sample_hidden
-    vocab, dim = 300, 32
+    vocab, dim = 301, 64
     toy = _ToyTarget(vocab, dim, 0)
-    head = sv.LMHead((torch.randn(vocab, dim, generator=torch.Generator().manual_seed(1)) * 0.5).to(torch.bfloat16))
+    w = torch.randn(vocab, dim, generator=torch.Generator().manual_seed(1)) * 0.5
+    head = sv.LMHead.q8_0(q8_0_blocks(w), dim) if q8 else sv.LMHead(w.to(torch.bfloat16))
     prompt, steps = [3, 1, 4], 24
     plain = list(prompt)
     while len(plain) < len(prompt) + steps:

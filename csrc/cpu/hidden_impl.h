@@ -1,19 +1,19 @@
 // Per-ISA body: included once by each csrc/cpu/isa_*.cpp (never compiled alone).
 //
-// head_logits: the LM head's logits of one tile of ids for every hidden row,
-// as DESIGN.md, Note [LM head logits] defines them -- weights dequantized
-// exactly (F32, F16, BF16, Q8_0), 16 float32 partial sums (lane j: elements
-// j, j + 16, ...; each step one fused multiply-add, s = fma(w, h, s), rounded
-// once -- explicit FMA instructions or std::fma, never contraction: the build
-// passes -ffp-contract=off, and the reference emulates fma exactly), then the
-// halving tree s[j] += s[j+8], += s[j+4], += s[j+2], z = s[0] + s[1] (plain
-// adds), then the bias. The 16 lanes are one AVX-512 vector, two AVX2
-// vectors, or an array the compiler vectorizes (DEFAULT; NEON's vfma): the
-// same operations in the same order on every ISA.
+// head_logits: a dense LM head's logits of one tile of ids for every hidden
+// row, as DESIGN.md, Note [LM head logits] defines them -- weights widened
+// exactly (F32, F16, BF16; a Q8_0 head is q8_impl.h's), 16 float32 partial
+// sums (lane j: elements j, j + 16, ...; each step one fused multiply-add,
+// s = fma(w, h, s), rounded once -- explicit FMA instructions or std::fma,
+// never contraction: the build passes -ffp-contract=off, and the reference
+// emulates fma exactly), then the halving tree s[j] += s[j+8], += s[j+4],
+// += s[j+2], z = s[0] + s[1] (plain adds), then the bias. The 16 lanes are
+// one AVX-512 vector, two AVX2 vectors, or an array the compiler vectorizes
+// (DEFAULT; NEON's vfma): the same operations in the same order on every ISA.
 //
-// Each weight vector is loaded (and dequantized) once and dotted with a
-// group of rows held in registers (up to 8 rows on AVX-512, 4 elsewhere);
-// more rows re-read the tile from cache, not memory.
+// Each weight vector is loaded (and widened) once and dotted with a group of
+// rows held in registers (up to 8 rows on AVX-512, 4 elsewhere); more rows
+// re-read the tile from cache, not memory.
 #include "kernels.h"
 
 #include <c10/util/BFloat16.h>
@@ -56,10 +56,6 @@ inline L16 l16_bf16(const void* p) {
   return {_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16))};
 }
 inline L16 l16_f16(const void* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)))}; }
-inline L16 l16_q8(const int8_t* q, float scale) {
-  const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
-  return {_mm512_mul_ps(_mm512_set1_ps(scale), qf)};
-}
 #elif defined(CPU_CAPABILITY_AVX2)
 constexpr int kMaxGroup = 4;
 struct L16 {
@@ -86,13 +82,6 @@ inline L16 l16_bf16(const void* p) {
 inline L16 l16_f16(const void* p) {
   const auto* h = static_cast<const __m128i*>(p);
   return {_mm256_cvtph_ps(_mm_loadu_si128(h)), _mm256_cvtph_ps(_mm_loadu_si128(h + 1))};
-}
-inline __m256 q8x8(const int8_t* q) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
-}
-inline L16 l16_q8(const int8_t* q, float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
-  return {_mm256_mul_ps(s, q8x8(q)), _mm256_mul_ps(s, q8x8(q + 8))};
 }
 #else
 // DEFAULT (NEON on aarch64): plain lane arrays; the compiler vectorizes the
@@ -132,11 +121,6 @@ inline L16 l16_f16(const void* p) {
   for (int j = 0; j < kHeadLanes; ++j) r.v[j] = static_cast<float>(h[j]);
   return r;
 }
-inline L16 l16_q8(const int8_t* q, float scale) {
-  L16 r;
-  for (int j = 0; j < kHeadLanes; ++j) r.v[j] = scale * static_cast<float>(q[j]);
-  return r;
-}
 #endif
 
 // The partial last chunk of a dense row (d not a multiple of 16): converted
@@ -150,7 +134,7 @@ inline L16 l16_tail(const uint8_t* row, int64_t from, int64_t count) {
 }
 
 // ----------------------------------------------------------------------------
-// Chunk loaders: chunk c (elements [16c, 16c + 16)) of one weight row, dequantized
+// Chunk loaders: chunk c (elements [16c, 16c + 16)) of one weight row, widened
 // ----------------------------------------------------------------------------
 
 template <typename scalar_t>
@@ -169,30 +153,6 @@ struct DenseChunks {
     } else {
       return l16_f16(x);
     }
-  }
-};
-
-// The fp16 scale of a Q8_0 block, as float (exact).
-inline float q8_scale(const uint8_t* block) {
-  uint16_t bits;
-  std::memcpy(&bits, block, 2);
-#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
-  return _cvtsh_ss(bits);
-#else
-  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-#endif
-}
-
-struct Q8Chunks {
-  static constexpr int kStep = 2;  // one block: its scale converted once for both chunks
-  int64_t dim;                     // a multiple of kQ8Block
-  int64_t chunks() const { return dim / kHeadLanes; }
-  inline void get(const uint8_t* row, int64_t c, L16* out) const {
-    const uint8_t* block = row + (c >> 1) * kQ8BlockBytes;
-    const float scale = q8_scale(block);
-    const auto* q = reinterpret_cast<const int8_t*>(block + 2);
-    out[0] = l16_q8(q, scale);
-    out[1] = l16_q8(q + kHeadLanes, scale);
   }
 };
 
@@ -271,8 +231,7 @@ void head_logits_tile(const HeadTile& t) {
     case kHeadF32: tile_rows(t, DenseChunks<float>{t.dim}); break;
     case kHeadF16: tile_rows(t, DenseChunks<c10::Half>{t.dim}); break;
     case kHeadBF16: tile_rows(t, DenseChunks<c10::BFloat16>{t.dim}); break;
-    case kHeadQ8_0: tile_rows(t, Q8Chunks{t.dim}); break;
-    default: break;  // unreachable: the op checks the format
+    default: break;  // unreachable: the op checks the format, and Q8_0 runs q8_logits
   }
 }
 

@@ -15,4 +15,5 @@
 #include "rows_impl.h"
 #include "warp_impl.h"
 #include "hidden_impl.h"
+#include "q8_impl.h"
 #include "kernel_table_impl.h"

@@ -3,9 +3,11 @@
 ``verify_hidden`` / ``sample_hidden`` (``hidden.py``) take hidden states and
 an ``LMHead`` instead of logits. The logits are one defined function
 (DESIGN.md, Note [LM head logits]), written here in torch
-(``reference_logits``) and in C++ (``csrc/cpu/hidden_impl.h``), bit for bit:
-weights dequantized as GGUF defines them, float32 dot products in a fixed
-order (16 lanes of fused multiply-adds, then a halving tree), then the bias.
+(``reference_logits``) and in C++ (``csrc/cpu/hidden_impl.h``, ``q8_impl.h``),
+bit for bit. Dense heads: weights widened exactly, float32 dot products in a
+fixed order (16 lanes of fused multiply-adds, then a halving tree), then the
+bias. Q8_0 heads: ggml's Q8_0 x Q8_0 dot (the rows quantized per 32-block,
+exact int32 block sums, a float32 sum over the blocks in order), then the bias.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from . import gguf
 from ._checks import check_vocab
 
-__all__ = ["LMHead", "reference_logits", "Q8_0_BLOCK", "Q8_0_BYTES"]
+__all__ = ["LMHead", "reference_logits", "quantize_rows_q8_0", "Q8_0_BLOCK", "Q8_0_BYTES"]
 
 # GGUF's Q8_0 block: an fp16 scale then 32 int8 values (34 bytes, no padding).
 Q8_0_BLOCK = 32
@@ -264,19 +266,77 @@ def fixed_order_dot(w: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return acc[..., 0]
 
 
+# ----------------------------------------------------------------------------
+# Q8_0 heads: ggml's Q8_0 x Q8_0 dot
+# ----------------------------------------------------------------------------
+
+
+def quantize_rows_q8_0(hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``[n, d]`` (d a multiple of 32) quantized as ggml's ``quantize_row_q8_0_ref``.
+
+    Per block of 32 of the float32 row: ``amax = max |x|``, ``d = amax / 127``,
+    ``id = 1 / d`` (0 if ``d == 0``), ``q = roundf(x * id)`` (half away from
+    zero), scale ``fp16(d)`` (to nearest even) widened. A block holding NaN or
+    inf, or whose scale overflows fp16, gets ``q = 0`` and scale NaN (its row's
+    logits are NaN, which the ops refuse); a zero scale gets ``q = 0`` (its
+    terms are 0 whatever ``q``). DESIGN.md, Note [LM head logits].
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``q`` int8 ``[n, d / 32, 32]`` in ``[-127, 127]`` and the scales float32 ``[n, d / 32]``.
+    """
+    x = hidden.float().reshape(hidden.shape[0], -1, Q8_0_BLOCK)
+    finite = torch.isfinite(x).all(-1)
+    x = torch.where(finite[..., None], x, torch.zeros_like(x))
+    d = torch.div(x.abs().amax(-1), 127.0)
+    scale = d.to(torch.float16).float()
+    refused = ~finite | ~torch.isfinite(scale)
+    inv = torch.where(d != 0, torch.div(torch.ones_like(d), d), torch.zeros_like(d))
+    v = torch.mul(x, inv[..., None]).double()  # float32 product, widened exactly
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5)  # roundf, exact in float64 (|v| <= 127.00004)
+    q = torch.where((refused | (scale == 0))[..., None], torch.zeros_like(q), q.clamp(-127, 127))
+    return q.to(torch.int8), torch.where(refused, torch.full_like(scale, math.nan), scale)
+
+
+def q8_0_dot(head: LMHead, begin: int, end: int, q: torch.Tensor, sx: torch.Tensor) -> torch.Tensor:
+    """Ids ``[begin, end)`` of a Q8_0 head against quantized rows ``q, sx`` -> float32 ``[n, end - begin]``.
+
+    Per id and row: ``acc = +0``, then for each block in order
+    ``acc = acc + float(sumi) * (dw * dx)``, each float32 op rounded
+    (``dw * dx`` and ``float(sumi)`` are exact); ``sumi`` is the block's 32
+    int8 products, summed exactly (float64 of integers below 2^53).
+    """
+    blocks = head.weight[begin:end].reshape(end - begin, head.dim // Q8_0_BLOCK, Q8_0_BYTES).to(q.device)
+    dw = blocks[..., :2].contiguous().view(torch.float16).float()[..., 0]  # [m, nb]
+    qw = blocks[..., 2:].contiguous().view(torch.int8)  # [m, nb, 32]
+    sumi = torch.einsum("nbk,mbk->nmb", q.double(), qw.double()).float()  # exact: |sumi| < 2^20
+    term = torch.mul(sumi, torch.mul(dw[None], sx[:, None]))  # [n, m, nb]
+    acc = torch.zeros(q.shape[0], end - begin, dtype=torch.float32, device=q.device)
+    for b in range(term.shape[-1]):
+        acc = torch.add(acc, term[..., b])
+    return acc
+
+
 def reference_logits(head: LMHead, hidden: torch.Tensor, begin: int = 0, end: int | None = None) -> torch.Tensor:
     """The head's logits of ``hidden [n, d]`` for ids ``[begin, end)``: float32 ``[n, end - begin]``.
 
     Computed over V in chunks of 2048 ids (the products of one chunk at a
-    time), in the order of DESIGN.md, Note [LM head logits]; then the bias,
-    then the soft-cap (float32 ``cap * tanh(z / cap)``).
+    time), as DESIGN.md, Note [LM head logits] defines them (dense: the fixed
+    order float32 dot; Q8_0: ggml's Q8_0 x Q8_0 dot); then the bias, then the
+    soft-cap (float32 ``cap * tanh(z / cap)``).
     """
     end = head.vocab if end is None else end
     h = hidden.float()
     out = torch.empty(h.shape[0], end - begin, dtype=torch.float32, device=h.device)
+    if head.format == "Q8_0":
+        q, sx = quantize_rows_q8_0(h)
     for a in range(begin, end, _CHUNK):
         b = min(a + _CHUNK, end)
-        out[:, a - begin:b - begin] = fixed_order_dot(head.dequantized(a, b).to(h.device), h)
+        if head.format == "Q8_0":
+            out[:, a - begin:b - begin] = q8_0_dot(head, a, b, q, sx)
+        else:
+            out[:, a - begin:b - begin] = fixed_order_dot(head.dequantized(a, b).to(h.device), h)
     if head.bias is not None:
         out = torch.add(out, head.bias[begin:end].to(h.device))
     if head.softcap is not None:

@@ -1,0 +1,305 @@
+// Per-ISA body: included once by each csrc/cpu/isa_*.cpp (never compiled alone).
+//
+// q8_logits: a Q8_0 head's logits of one tile of ids for every hidden row, as
+// DESIGN.md, Note [LM head logits] defines them -- ggml's Q8_0 x Q8_0 dot. The
+// rows come quantized to Q8_0 (HeadTile::hq, hscale: csrc/ops_hidden.cpp), and
+// the logit of id v at row r is
+//
+//   acc = +0;  for b = 0, 1, ..., d/32 - 1:
+//     sumi = the 32 products w[v, b, i] * x[r, b, i], summed in int32   (exact)
+//     acc  = acc + float(sumi) * (dw[v, b] * dx[r, b])                  (float32)
+//   logit = acc (+ bias[v])
+//
+// where dw * dx (two fp16 scales widened: 11 x 11 significant bits) is exact,
+// float(sumi) is exact (|sumi| <= 32 * 128 * 127 < 2^24), and the multiply and
+// the add each round once (no FMA; the build passes -ffp-contract=off). Ids are
+// independent lanes, so the result does not depend on how many are computed
+// at once: 16 per vector with AVX-512 VNNI, 8 per vector with AVX2, one at a
+// time in DEFAULT (NEON on aarch64). Only the way sumi is formed differs, and
+// every way is exact:
+//
+// * VNNI: vpdpbusd multiplies u8 by s8 and adds each 4 products to an int32
+//   lane, without saturation. u8 = w + 128 (w xor 0x80, in [0, 255]; every
+//   int8 w, -128 too), s8 = x (in [-127, 127]), and the lane starts at
+//   -128 * sum(x) (HeadTile::hsum), so it ends at sum(w * x). Every partial
+//   sum is below 32 * 255 * 127 < 2^31.
+// * AVX2: vpmaddubsw multiplies u8 by s8 and adds pairs into int16, saturating:
+//   u8 = |w| (<= 128), s8 = x * sign(w) (vpsignb; |x| <= 127), so a pair is at
+//   most 2 * 128 * 127 = 32512 < 32767 and never saturates; vpmaddwd by ones
+//   then adds pairs of pairs into int32.
+//
+// Each Q8_0 block of 16 (8) ids is loaded once per group of rows and turned
+// by a transposition into vectors of one dword (4 int8) per id, which every
+// row of the group dots with its 4 values broadcast.
+#include "kernels.h"
+
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#include <immintrin.h>
+#endif
+
+namespace spec_verify {
+namespace CPU_CAPABILITY {
+namespace {
+
+// The fp16 scale of a Q8_0 block, as float (exact).
+inline float q8_block_scale(const uint8_t* block) {
+  uint16_t bits;
+  std::memcpy(&bits, block, 2);
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
+inline int32_t q8_dword(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ----------------------------------------------------------------------------
+// One id at a time, int loops the compiler vectorizes: DEFAULT (NEON on
+// aarch64), and AVX-512 rows too far apart for its gather's offsets
+// ----------------------------------------------------------------------------
+
+template <int G>
+void q8_ids_plain(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+  const int64_t nb = t.dim / kQ8Block;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = t.weight + (v + j) * t.row_bytes;
+    float acc[G] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* block = row + b * kQ8BlockBytes;
+      const auto* w = reinterpret_cast<const int8_t*>(block + 2);
+      const float dw = q8_block_scale(block);
+      for (int g = 0; g < G; ++g) {
+        const int64_t r = r0 + g;
+        const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+        int32_t sumi = 0;
+        for (int i = 0; i < kQ8Block; ++i) sumi += static_cast<int32_t>(w[i]) * static_cast<int32_t>(x[i]);
+        acc[g] = acc[g] + static_cast<float>(sumi) * (dw * t.hscale[r * nb + b]);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const float z = t.bias != nullptr ? acc[g] + t.bias[v + j] : acc[g];
+      t.out[(r0 + g) * t.out_stride + (v + j - t.begin)] = z;
+    }
+  }
+}
+
+#if defined(CPU_CAPABILITY_AVX512)
+// ----------------------------------------------------------------------------
+// AVX-512 VNNI: 16 ids per vector
+// ----------------------------------------------------------------------------
+
+// Only this kernel uses VNNI: the rest of the AVX512 build runs on CPUs
+// without it (csrc/dispatch.cpp picks the AVX2 kernel there).
+#define SV_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+constexpr int kQ8Group = 8;  // rows per pass over a block group
+
+// In: c[j] = [dwords 0..7 of id j | dwords 0..7 of id j + 8] (j < 8). Out:
+// c[k] lane i = dword k of id i. Element (register j, lane L) has id bits
+// (L >> 3, j) and dword bits L & 7; stage s swaps register bit s with lane
+// bit s (a butterfly of two 2-source permutes), which after three stages
+// leaves register = dword and lane = id.
+SV_VNNI inline void transpose_16x8(__m512i c[8]) {
+  alignas(64) static constexpr int32_t kIdx[3][2][16] = {
+      {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+       {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+      {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+       {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+      {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+       {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+  };
+  for (int s = 0; s < 3; ++s) {
+    const __m512i lo = _mm512_load_si512(kIdx[s][0]), hi = _mm512_load_si512(kIdx[s][1]);
+    for (int j = 0; j < 8; ++j) {
+      if (j & (1 << s)) continue;
+      const __m512i a = c[j], b = c[j | (1 << s)];
+      c[j] = _mm512_permutex2var_epi32(a, lo, b);
+      c[j | (1 << s)] = _mm512_permutex2var_epi32(a, hi, b);
+    }
+  }
+}
+
+// Ids [v, v + n) (n <= 16) for rows [r0, r0 + G).
+template <int G>
+SV_VNNI void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+  const int64_t nb = t.dim / kQ8Block;
+  const uint8_t* row[16];
+  for (int j = 0; j < 16; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes;  // past n: repeats
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  alignas(64) int32_t offset[16];
+  for (int j = 0; j < 16; ++j) offset[j] = static_cast<int32_t>(row[j] - row[0]);  // < 2^31: q8_rows checks
+  const __m512i offsets = _mm512_load_si512(offset);
+  const bool ahead = v + 32 <= t.end;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kQ8BlockBytes;
+    __m512i c[8];
+    for (int j = 0; j < 8; ++j) {  // broadcast loads and a blend: no shuffle port for the pairing
+      const __m512i lo = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j] + off + 2)));
+      const __m512i hi =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j + 8] + off + 2)));
+      c[j] = _mm512_xor_si512(_mm512_mask_blend_epi64(0xF0, lo, hi), flip);  // u8 = w + 128
+    }
+    // The next 16 ids' block, when in the tile: 16 rows read side by side defeat
+    // the hardware prefetcher (22 ms against 25 for the bench's head, V = 262144,
+    // d = 640, 5 rows).
+    if (ahead) {
+      for (int j = 0; j < 16; j += 2) {
+        _mm_prefetch(reinterpret_cast<const char*>(row[j] + off + 16 * t.row_bytes), _MM_HINT_T0);
+      }
+    }
+    // The 16 scales: one gather of the dwords starting at each block (scale in the low half).
+    const __m512i sw = _mm512_i32gather_epi32(offsets, row[0] + off, 1);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(sw));
+    transpose_16x8(c);
+    for (int g = 0; g < G; ++g) {
+      const int64_t r = r0 + g;
+      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+      __m512i sumi = _mm512_set1_epi32(t.hsum[r * nb + b]);
+      for (int k = 0; k < 8; ++k) sumi = _mm512_dpbusd_epi32(sumi, c[k], _mm512_set1_epi32(q8_dword(x + 4 * k)));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(t.hscale[r * nb + b]));  // exact
+      acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), scale));
+    }
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+  const __m512 bias = t.bias != nullptr ? _mm512_maskz_loadu_ps(mask, t.bias + v) : _mm512_setzero_ps();
+  for (int g = 0; g < G; ++g) {
+    const __m512 z = t.bias != nullptr ? _mm512_add_ps(acc[g], bias) : acc[g];
+    _mm512_mask_storeu_ps(t.out + (r0 + g) * t.out_stride + (v - t.begin), mask, z);
+  }
+}
+
+constexpr int kQ8Ids = 16;
+
+#elif defined(CPU_CAPABILITY_AVX2)
+// ----------------------------------------------------------------------------
+// AVX2: 8 ids per vector
+// ----------------------------------------------------------------------------
+
+#define SV_VNNI
+constexpr int kQ8Group = 4;
+
+// c[j] = dwords 0..7 of id j  ->  c[k] lane i = dword k of id i.
+inline void transpose_8x8(__m256i c[8]) {
+  __m256i t[8], u[8];
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_epi32(c[j], c[j + 1]);
+    t[j + 1] = _mm256_unpackhi_epi32(c[j], c[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {
+    u[j] = _mm256_unpacklo_epi64(t[j], t[j + 2]);      // dwords 0 | 4 of ids j .. j + 3
+    u[j + 1] = _mm256_unpackhi_epi64(t[j], t[j + 2]);  // 1 | 5
+    u[j + 2] = _mm256_unpacklo_epi64(t[j + 1], t[j + 3]);  // 2 | 6
+    u[j + 3] = _mm256_unpackhi_epi64(t[j + 1], t[j + 3]);  // 3 | 7
+  }
+  for (int k = 0; k < 4; ++k) {
+    c[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+    c[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+  }
+}
+
+template <int G>
+void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+  const int64_t nb = t.dim / kQ8Block;
+  const uint8_t* row[8];
+  for (int j = 0; j < 8; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes;  // past n: repeats
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kQ8BlockBytes;
+    __m256i c[8], mag[8];
+    for (int j = 0; j < 8; ++j) c[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j] + off + 2));
+    alignas(16) uint16_t bits[8];
+    for (int j = 0; j < 8; ++j) std::memcpy(&bits[j], row[j] + off, 2);
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bits)));
+    transpose_8x8(c);
+    for (int k = 0; k < 8; ++k) mag[k] = _mm256_abs_epi8(c[k]);  // |-128| = 128 as u8
+    for (int g = 0; g < G; ++g) {
+      const int64_t r = r0 + g;
+      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+      __m256i sumi = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(q8_dword(x + 4 * k)), c[k]);  // x * sign(w)
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag[k], xs), ones));
+      }
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
+      acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), scale));
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    alignas(32) float z[8];
+    _mm256_store_ps(z, acc[g]);
+    float* out = t.out + (r0 + g) * t.out_stride + (v - t.begin);
+    for (int64_t j = 0; j < n; ++j) out[j] = t.bias != nullptr ? z[j] + t.bias[v + j] : z[j];
+  }
+}
+
+constexpr int kQ8Ids = 8;
+
+#else
+// DEFAULT (NEON on aarch64): the plain loops above.
+#define SV_VNNI
+constexpr int kQ8Group = 4;
+constexpr int kQ8Ids = 16;
+template <int G>
+void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_plain<G>(t, r0, v, n); }
+
+#endif
+
+// ----------------------------------------------------------------------------
+// The tile: groups of kQ8Ids ids, each for groups of up to kQ8Group rows
+// ----------------------------------------------------------------------------
+
+template <int G>
+SV_VNNI void q8_rows(const HeadTile& t, int64_t r0) {
+#if defined(CPU_CAPABILITY_AVX512)
+  if (t.row_bytes > (int64_t{1} << 31) / 16) {  // the gather's int32 offsets (d > 63 M): one id at a time
+    q8_ids_plain<G>(t, r0, t.begin, t.end - t.begin);
+    return;
+  }
+#endif
+  for (int64_t v = t.begin; v < t.end; v += kQ8Ids) q8_ids<G>(t, r0, v, std::min<int64_t>(kQ8Ids, t.end - v));
+}
+
+SV_VNNI void q8_logits_tile(const HeadTile& t) {
+  int64_t r = 0;
+  while (r < t.rows) {
+    const int64_t g = std::min<int64_t>(kQ8Group, t.rows - r);
+    switch (g) {
+      case 1: q8_rows<1>(t, r); break;
+      case 2: q8_rows<2>(t, r); break;
+      case 3: q8_rows<3>(t, r); break;
+      case 4: q8_rows<4>(t, r); break;
+#if defined(CPU_CAPABILITY_AVX512)
+      case 5: q8_rows<5>(t, r); break;
+      case 6: q8_rows<6>(t, r); break;
+      case 7: q8_rows<7>(t, r); break;
+      case 8: q8_rows<8>(t, r); break;
+#endif
+      default: break;
+    }
+    r += g;
+  }
+}
+
+#undef SV_VNNI
+
+}  // namespace
+
+// q8_isa is the table's ISA (kernel_table_impl.h), but for AVX-512's.
+void add_q8_kernels(KernelTable& table) {
+  table.q8_logits = &q8_logits_tile;
+#if defined(CPU_CAPABILITY_AVX512)
+  table.q8_isa = "AVX512_VNNI";
+#endif
+}
+
+}  // namespace CPU_CAPABILITY
+}  // namespace spec_verify
