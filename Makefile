@@ -100,8 +100,13 @@ PADDED_GGUF := .cache/padded/gguf/target.gguf
 $(PADDED_GGUF): models/target/model.safetensors integrations/llama_cpp/padded_target.py | $(LLAMA_STAMP)
 	$(PY) -m integrations.llama_cpp.padded_target
 .PHONY: bench-real
-bench-real: build gguf real-models $(PADDED_GGUF) ## prompt lookup and k=auto on real models, llama.cpp and transformers side by side, with the peers (long; BENCH_ARGS= for a subset)
+bench-real: build gguf real-models $(PADDED_GGUF) ## prompt lookup and k=auto on real models: llama.cpp and transformers, each with its own head and with the head in our op, with the peers (long; BENCH_ARGS= for a subset)
 	$(PY) -m benchmarks.bench_spec $(BENCH_ARGS)
+
+.PHONY: bench-hidden
+bench-hidden: build real-models ## verify_hidden (the LM head in the op) against the floor and torch's head: a bf16 head, then Gemma 3 270M's Q8_0 head
+	$(PY) -m benchmarks.bench_hidden
+	$(PY) -m benchmarks.bench_hidden --gguf models/real/gemma-3-270m-q4_k_m.gguf
 
 clean: ## remove build/, out/ and .pytest_cache (venvs and .cache/ stay)
 	rm -rf build out .pytest_cache

@@ -49,15 +49,16 @@ import sys
 import torch
 
 from . import bench_prompts
-from .spec_engines import HFEngine, LlamaEngine, LlamaHeadEngine, missing, model_specs
+from .spec_engines import HFEngine, HFHeadEngine, LlamaEngine, LlamaHeadEngine, missing, model_specs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEMPERATURE = 0.8
-ENGINES = ("llama_cpp", "llama_cpp_head", "transformers")
+ENGINES = ("llama_cpp", "llama_cpp_head", "transformers", "transformers_head")
 MODELS = ("gemma", "smollm2", "shipped", "padded")
 COST_SIZES = range(1, 10)
 # Plain decoding, every way a cell has it: the adapter's loop, the engine's own.
-PLAIN_ROWS = ("plain loop", "llama.cpp plain loop (its head)", "Llama.generate plain", "generate() plain")
+PLAIN_ROWS = ("plain loop", "llama.cpp plain loop (its head)", "transformers plain loop (its head)",
+              "Llama.generate plain", "generate() plain")
 
 
 # ----------------------------------------------------------------------------
@@ -274,7 +275,7 @@ def print_costs(engine: str, model: str, costs: dict) -> None:
     print(f"\n## {engine} x {model}: eval cost c(1) = {t[1]:.2f} ms CPU; c(n)/c(1) for n = {ratio}{draft}")
     if "engine" in costs:  # the head in our op: the engine's own evals beside, over the same c(1)
         e = costs["engine"]
-        print(f"   llama.cpp's own logits: c(1) = {e[1]:.2f} ms; c(n)/c(1) for n = "
+        print(f"   the engine's own logits: c(1) = {e[1]:.2f} ms; c(n)/c(1) for n = "
               + ", ".join(f"{n}: {v / e[1]:.2f}" for n, v in e.items())
               + "; ours over the engine's one-token eval: " + ", ".join(f"{n}: {v / e[1]:.2f}" for n, v in t.items()))
 
@@ -345,7 +346,12 @@ def _open(engine_name, key, spec, sv, threads, llama_cache):
         return llama_cache[key]
     if engine_name == "llama_cpp_head":
         return LlamaHeadEngine(llama_cache[key])
-    return HFEngine(spec, sv, llama_cache[key])
+    if engine_name == "transformers_head":
+        hf = next((e for e in llama_cache.values() if isinstance(e, HFEngine)), None)  # the model loaded once
+        return HFHeadEngine(hf if hf is not None else HFEngine(spec, sv, llama_cache[key]))
+    engine = HFEngine(spec, sv, llama_cache[key])
+    llama_cache["hf"] = engine
+    return engine
 
 
 def run(args) -> dict:

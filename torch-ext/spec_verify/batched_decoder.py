@@ -68,7 +68,7 @@ from .decode_checks import (
 from .cost_model import AutoCost
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping
-from .hidden import verify_hidden
+from .hidden import sample_hidden, verify_hidden
 from .lm_head import LMHead
 from .logits import verify_logits_batched
 from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
@@ -350,22 +350,41 @@ class _DecodeLoop:
         return accepted.tolist(), next_tokens.tolist()
 
     def _verify_hidden_round(self, hidden, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
-        """``head=``: ``verify_hidden`` per sequence, on its own ``k_b + 1`` hidden rows.
+        """``head=``: greedy, one pass over the head for the whole batch; sampled, ``verify_hidden`` per sequence.
 
-        The batch's uniforms keep the batched layout (sequence ``b``: ``u[b, :k_b]``
-        for its tests, ``u[b, k_b]`` for its draw), so a sequence's law is the one
-        it has alone. Not yet one pass over the head for the whole batch: each
-        sequence reads the weights once (a batched ``verify_hidden`` would read
-        them once per round).
+        Greedy: the argmax of every sequence's ``k_b + 1`` rows by one
+        ``sample_hidden`` call (one read of the weights for all of them), then
+        ``verify_greedy``'s rule per sequence (accept while the draft token is
+        the argmax; the next token is the argmax where that stops). Unlike
+        ``verify_hidden``, rows after a rejection are read too (their argmax
+        is unused): a NaN there raises. Sampled: per sequence, on its own
+        rows, with the batch's uniforms in the batched layout (sequence
+        ``b``: ``u[b, :k_b]`` for its tests, ``u[b, k_b]`` for its draw), so
+        a sequence's law is the one it has alone; each sequence reads the
+        weights (a batched sampled ``verify_hidden`` would read them once).
         """
         n, k_round = draft_tokens.shape
-        uniforms = None if self._argmax_only else self._uniforms((n, k_round + 1))
+        if self._argmax_only:
+            with self._naming_the_round():
+                rows = torch.cat([hidden[b, : k_b + 1] for b, k_b in enumerate(budgets)])
+                argmax = sample_hidden(rows, self.head, temperature=0.0).tolist()
+            accepted, next_tokens, at = [], [], 0
+            for b, k_b in enumerate(budgets):
+                proposed = draft_tokens[b, :k_b].tolist()
+                a = 0
+                while a < k_b and proposed[a] == argmax[at + a]:
+                    a += 1
+                accepted.append(a)
+                next_tokens.append(argmax[at + a])
+                at += k_b + 1
+            return accepted, next_tokens
+        uniforms = self._uniforms((n, k_round + 1))
         accepted, next_tokens = [], []
         with self._naming_the_round():
             for b, k_b in enumerate(budgets):
                 a, t = self._verify_one_hidden(hidden[b, : k_b + 1], draft_tokens[b, :k_b],
                                                None if draft_rows is None else draft_rows[b, :k_b],
-                                               None if uniforms is None else uniforms[b, : k_b + 1])
+                                               uniforms[b, : k_b + 1])
                 accepted.append(a)
                 next_tokens.append(t)
         return accepted, next_tokens

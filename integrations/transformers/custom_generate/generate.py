@@ -100,8 +100,8 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
         (``HFBatchedCausalLM(hidden=True)``; DESIGN.md, "Hidden states in the
         decoder"). Greedy output then equals plain greedy decoding on that
         head, which may differ from ``generate()``'s at a near-tie (another
-        float32 dot order). The batch is verified sequence by sequence: each
-        reads the head once per round.
+        float32 dot order). Greedy rounds read the head once for the whole
+        batch; sampled rounds once per sequence.
 
     Returns
     -------
