@@ -65,7 +65,8 @@ decode still returns success (the scheduler breaks out of its node loop; it
 does not report an abort), and the batch's KV entries were written by the
 layers before the norm, so the cache holds the batch as after a full eval
 (tested: logits after a hidden-only eval equal those after a full one). The
-price is one Python callback per graph node (~800 for Gemma 3 270M).
+price is one Python callback per graph node (~850 for Gemma 3 270M: 0.24 ms
+of a 40.8 ms one-token eval here).
 Greedy output then equals plain greedy decoding on the same head where
 llama.cpp's hidden states are batch-invariant; they are not exactly, on
 quantized models (as its logits are not: ``invariance.py``).
