@@ -151,6 +151,16 @@ def test_misuse_is_named(sv):
         LlamaCppStep(llama, sv=sv, head=hstep.head)
     with pytest.raises(TypeError, match="head must be an sv.LMHead"):
         LlamaCppStep(llama, sv=sv, hidden=True, head="output.weight")
+    # A graph that never shows result_norm (here: the callback looks for another name) is refused by name.
+    from integrations.llama_cpp import spec_verify_llama as adapter
+
+    blind = LlamaCppStep(llama, sv=sv, hidden=True, head=hstep.head)
+    real_name, adapter._RESULT_NORM = adapter._RESULT_NORM, b"no_such_tensor\0"
+    try:
+        with pytest.raises(RuntimeError, match="no tensor named result_norm"):
+            blind.target_step(torch.tensor([1, 2, 3]), torch.tensor([4]))
+    finally:
+        adapter._RESULT_NORM = real_name
     wrong = sv.LMHead(torch.zeros(hstep.head.vocab, hstep.head.dim + 1))
     with pytest.raises(ValueError, match="does not match the model"):
         LlamaCppStep(llama, sv=sv, hidden=True, head=wrong)

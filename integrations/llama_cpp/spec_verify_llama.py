@@ -58,7 +58,8 @@ llama.cpp computes one full logits row per position. How llama.cpp is kept
 from computing its head: the adapter makes its own context from the model
 with an eval callback (``cb_eval``, llama.cpp's ``ggml_backend_sched``
 callback). The callback asks to observe only the tensor named
-``result_norm`` (the final norm's output, every model graph names it),
+``result_norm`` (the final norm's output: the Llama, Gemma, Qwen, ... graphs
+name it; an eval that never shows it is a ``RuntimeError`` naming the model),
 copies its rows, and returns false, which ends the graph's computation
 there: the output matmul and anything after it are never computed. The
 decode still returns success (the scheduler breaks out of its node loop; it
@@ -361,6 +362,9 @@ class LlamaCppStep:
         if cap.error is not None:
             error, cap.error = cap.error, None
             raise RuntimeError(f"llama.cpp's graph: {error}")
+        if not cap.rows:
+            raise RuntimeError(f"llama.cpp's graph for {self.llama.model_path} has no tensor named result_norm: "
+                               "hidden=True cannot end it at the final norm (use the adapter without hidden)")
         hidden = cap.rows[0] if len(cap.rows) == 1 else torch.cat(cap.rows)
         if hidden.shape[0] < rows:
             raise RuntimeError(f"the eval produced {hidden.shape[0]} hidden rows, {rows} were asked for")
