@@ -3,6 +3,7 @@
     make bench-real                                    # everything (long: see --help for subsets)
     python -m benchmarks.bench_spec --engine llama_cpp --model gemma --prompts grounded --ks 1,2,4 --max-new 48
     python -m benchmarks.bench_spec --invariance       # llama.cpp's batched vs one-token logits, and what it does to greedy
+                                                       # (and the head in our op against llama.cpp's head)
 
 Cells: engine (llama.cpp: the venv's llama-cpp-python wheel; transformers:
 the GGUF dequantized to float32, or the shipped safetensors) x model (Gemma 3
@@ -521,8 +522,8 @@ def main(argv=None) -> None:
     if args.invariance:
         from integrations.llama_cpp import invariance
 
-        invariance.main(["--max-new", str(args.max_new), "--models", ",".join(m for m in args.model
-                                                                               if m in ("gemma", "smollm2", "shipped"))])
+        invariance.main(["--max-new", str(args.max_new), "--head", "--models",
+                         ",".join(m for m in args.model if m in ("gemma", "smollm2", "shipped"))])
         return
     run(args)
 

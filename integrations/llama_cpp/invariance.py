@@ -20,6 +20,17 @@ Per model, one thread, the venv's libllama:
    the plain stream is counted, not just the first. A batched eval can flip
    the argmax only where the gap is at most ``2 d`` (each of the two logits
    moves by at most ``d``): each difference is checked against that.
+3. **The head in our op** (``--head``; ``LlamaCppStep(hidden=True)``, the
+   GGUF's head in ``verify_hidden``). Our logits against llama.cpp's, both
+   from one-token evals along llama.cpp's plain stream: the largest
+   ``|difference|`` ``e`` (llama.cpp quantizes each hidden row to Q8_0 for
+   its head; ours is ggml's Q8_0 dot too, in another order). Plain greedy on
+   our head against llama.cpp's plain greedy: every difference, with
+   llama.cpp's top-2 gap there (at most ``2 e`` if only the head differs).
+   Then parts 1 and 2 through our head: its batched-vs-one-token deviation
+   ``d_h`` (llama.cpp's hidden states are not batch-invariant either), and
+   every difference of greedy prompt lookup with the head in the op from
+   plain greedy on the same head, against ``2 d_h``.
 """
 
 from __future__ import annotations
@@ -75,6 +86,48 @@ def deviation(step, prompt: list, continuation: list, n: int = 5) -> dict:
                 std=statistics.mean(stds) if stds else 0.0, positions=len(gap_moves))
 
 
+class HeadLogits:
+    """A ``hidden=True`` ``LlamaCppStep`` read through its head: ``_feed`` gives our logits rows."""
+
+    def __init__(self, sv, step):
+        self.sv, self.step, self.head = sv, step, step.head
+
+    def reset(self):
+        self.step.reset()
+
+    def _rollback(self, keep: int):
+        self.step._rollback(keep)
+
+    def _feed(self, tokens: list, rows: int) -> torch.Tensor:
+        h = self.step._feed(tokens, rows)
+        return self.sv.ops.hidden_logits(h, self.head.weight, self.head.bias, self.head.format_code, self.head.dim)
+
+
+def head_deviation(step, ours: HeadLogits, prompt: list, continuation: list) -> float:
+    """The largest ``|our logit - llama.cpp's|`` over one-token evals along ``continuation``."""
+    worst = 0.0
+    step.reset()
+    ours.reset()
+    theirs, mine = step._feed(list(prompt), rows=1)[0].clone(), ours._feed(list(prompt), rows=1)[0]
+    for token in continuation:
+        worst = max(worst, float((theirs - mine).abs().max()))
+        theirs, mine = step._feed([token], rows=1)[0].clone(), ours._feed([token], rows=1)[0]
+    return worst
+
+
+def plain_differences(ours: HeadLogits, prompt: list, plain: list, gaps: list) -> list:
+    """Every position where plain greedy on our head leaves llama.cpp's plain greedy stream (resuming after each)."""
+    found, pos = [], 0
+    while pos < len(plain):
+        out, _ = plain_greedy(ours, list(prompt) + plain[:pos], len(plain) - pos)
+        j = next((i for i, (a, b) in enumerate(zip(out, plain[pos:])) if a != b), None)
+        if j is None:
+            break
+        found.append((pos + j, gaps[pos + j]))
+        pos += j + 1
+    return found
+
+
 def differences(sv, step, prompt: list, plain: list, gaps: list, k) -> list:
     """Every position where greedy speculative decoding (prompt lookup, ``k``) leaves the plain stream:
     ``[(position, plain's top-2 gap there)]``, resuming from the plain prefix after each."""
@@ -93,8 +146,50 @@ def differences(sv, step, prompt: list, plain: list, gaps: list, k) -> list:
     return found
 
 
+def run_head(sv, engine, texts: list, max_new: int, ks, n: int) -> dict:
+    """Part 3 (module docstring): the head in our op against llama.cpp's head, and against itself batched."""
+    from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
+
+    step = engine.target(0.0)
+    hstep = LlamaCppStep(engine.llama, temperature=0.0, sv=sv, hidden=True)
+    ours = HeadLogits(sv, hstep)
+    e, plain_rows, spec_rows, devs = 0.0, [], [], []
+    for text in texts:
+        prompt = engine.tokenize(text)
+        plain, gaps = plain_greedy(step, prompt, max_new)
+        e = max(e, head_deviation(step, ours, prompt, plain))
+        plain_rows += [dict(prompt=text[:40], position=p, gap=g)
+                       for p, g in plain_differences(ours, prompt, plain, gaps)]
+        plain_h, gaps_h = plain_greedy(ours, prompt, max_new)
+        devs.append(deviation(ours, prompt, plain_h, n))
+        for k in ks:
+            spec_rows += [dict(prompt=text[:40], k=k, position=p, gap=g)
+                          for p, g in differences(sv, hstep, prompt, plain_h, gaps_h, k)]
+    d_h = max(d["max"] for d in devs)
+    for r in plain_rows:
+        r["within_2e"] = r["gap"] <= 2 * e
+    for r in spec_rows:
+        r["within_2d"] = r["gap"] <= 2 * d_h
+    return dict(head=str(hstep.head), head_deviation=e, deviation=d_h, plain_differences=plain_rows,
+                differences=spec_rows, ks=[str(k) for k in ks])
+
+
+def print_head(r: dict, max_new: int, prompts: int) -> None:
+    pd, sd = r["plain_differences"], r["differences"]
+    gaps = " (gaps " + ", ".join(f"{x['gap']:.4f}" for x in pd) + ")" if pd else ""
+    print(f"  head in our op ({r['head']}): |ours - llama.cpp's logits| <= e = {r['head_deviation']:.4f}; "
+          f"plain greedy on our head differs from llama.cpp's plain greedy at {len(pd)} of {prompts} x {max_new} "
+          f"positions, llama.cpp's top-2 gap there <= 2e: {sum(x['within_2e'] for x in pd)}/{len(pd)}{gaps}")
+    print(f"  through our head, batched vs one-token: d_h = {r['deviation']:.4f}")
+    for k in r["ks"]:
+        xs = [x for x in sd if str(x["k"]) == k]
+        print(f"  lookup k={k} with the head in the op: {len(xs)} differences from plain greedy on the same head; "
+              f"its top-2 gap there <= 2 d_h: {sum(x['within_2d'] for x in xs)}/{len(xs)}"
+              + (f"; largest gap {max(x['gap'] for x in xs):.4f}" if xs else ""))
+
+
 def run(models=("gemma", "smollm2", "shipped"), max_new: int = 64, ks=("auto", 4), n: int = 5,
-        json_path=None) -> dict:
+        json_path=None, head: bool = False) -> dict:
     from benchmarks import bench_prompts
     from benchmarks.spec_engines import LlamaEngine, missing, model_specs
     from tools.kernel_loader import load_kernel
@@ -132,6 +227,9 @@ def run(models=("gemma", "smollm2", "shipped"), max_new: int = 64, ks=("auto", 4
                            logit_std=statistics.mean(d["std"] for d in devs), n=n, positions=sum(d["positions"] for d in devs),
                            prompts=len(texts), max_new=max_new, ks=[str(k) for k in ks], differences=rows)
         print_model(result[key])
+        if head:
+            result[key]["head"] = run_head(sv, engine, texts, max_new, ks, n)
+            print_head(result[key]["head"], max_new, len(texts))
         del engine
     if json_path:
         pathlib.Path(json_path).parent.mkdir(parents=True, exist_ok=True)
@@ -165,9 +263,10 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new", type=int, default=64)
     parser.add_argument("--ks", default="auto,4", help="lookup k values compared with plain greedy ('' : deviations only)")
     parser.add_argument("--json", default=str(ROOT / "out" / "llama_invariance.json"))
+    parser.add_argument("--head", action="store_true", help="also part 3: the head in our op (hidden=True)")
     args = parser.parse_args(argv)
     ks = [k if k == "auto" else int(k) for k in args.ks.split(",") if k]
-    run([m for m in args.models.split(",") if m], args.max_new, ks=ks, json_path=args.json)
+    run([m for m in args.models.split(",") if m], args.max_new, ks=ks, json_path=args.json, head=args.head)
 
 
 if __name__ == "__main__":
