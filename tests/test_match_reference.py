@@ -394,7 +394,7 @@ def cpu_cannot_run(capability: str) -> str | None:
     return None
 
 
-def check_isa_script(sv, capability: str, script: str) -> None:
+def check_isa_script(sv, capability: str, script: str, env_extra: dict | None = None) -> None:
     """Run `script` in a fresh process with ATEN_CPU_CAPABILITY=capability; assert it
     ran that ISA and found no mismatch. Skips an ISA this machine's build does not
     compile, or its CPU cannot run: ATen takes ATEN_CPU_CAPABILITY=avx512 at its word,
@@ -409,7 +409,7 @@ def check_isa_script(sv, capability: str, script: str) -> None:
     # The repository root on the path: the script imports tools.kernel_loader, which
     # loads the same build/ as this process (SPEC_VERIFY_ROOT is inherited).
     path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, HF_HUB_OFFLINE="1", PYTHONPATH=path)
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, HF_HUB_OFFLINE="1", PYTHONPATH=path, **(env_extra or {}))
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -428,6 +428,34 @@ def check_isa_script(sv, capability: str, script: str) -> None:
 @pytest.mark.parametrize("family", sorted(ISA_SCRIPTS))
 def test_each_instruction_set_matches_reference(sv, family, capability):
     check_isa_script(sv, capability, ISA_SCRIPTS[family])
+
+
+@pytest.mark.native_only  # the float64 passes' choice exists on x86-64 AVX-512 builds only
+@pytest.mark.parametrize("mass_isa", ["AVX2", "AVX512"])
+@pytest.mark.parametrize("family", sorted(ISA_SCRIPTS))
+def test_either_float64_pass_isa_matches_reference(sv, family, mass_isa):
+    """SPEC_VERIFY_MASS_ISA forces the mass / residual passes' ISA under the AVX-512 table: both match."""
+    check_isa_script(sv, "avx512", ISA_SCRIPTS[family], env_extra=dict(SPEC_VERIFY_MASS_ISA=mass_isa))
+
+
+@pytest.mark.native_only
+def test_float64_pass_isa_is_measured_or_forced(sv):
+    """build_info's mass_isa: as forced by SPEC_VERIFY_MASS_ISA, else measured (one of the two); junk is ignored."""
+    if "avx512" not in sv.build_info()["compiled"].lower() or cpu_cannot_run("avx512"):
+        pytest.skip("no AVX-512 table here: the float64 passes run the table's own ISA")
+    script = "from tools.kernel_loader import load_kernel; print(load_kernel().build_info()['mass_isa'])"
+    seen = {}
+    for value in ("AVX2", "AVX512", None, "SSE9"):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+        env.pop("ATEN_CPU_CAPABILITY", None)
+        env.pop("SPEC_VERIFY_MASS_ISA", None)
+        if value is not None:
+            env["SPEC_VERIFY_MASS_ISA"] = value
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        seen[value] = out.stdout.split()[-1]
+    assert seen["AVX2"] == "AVX2" and seen["AVX512"] == "AVX512"
+    assert seen[None] in ("AVX2", "AVX512") and seen["SSE9"] in ("AVX2", "AVX512")
 
 
 # ----------------------------------------------------------------------------

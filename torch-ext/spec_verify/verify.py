@@ -383,11 +383,14 @@ def build_info() -> dict[str, str | int]:
     -------
     dict
         ``{"arch": "x86_64", "isa": "AVX512", "mass_isa": "AVX2",
+        "warp_isa": ..., "head_isa": ..., "q8_isa": "AVX512_VNNI",
         "compiled": "DEFAULT,AVX2,AVX512", "float_lanes": 16}``: the
         instruction set chosen at run time for the argmax (ATen's CPU
         capability; ``ATEN_CPU_CAPABILITY=default`` forces the generic path),
-        the one running the float64 mass and residual passes, and the width
-        of ``at::vec::Vectorized<float>`` on the former.
+        the one running the float64 mass and residual passes (measured per
+        CPU under AVX-512, or ``SPEC_VERIFY_MASS_ISA``: DESIGN.md, Note
+        [Float64 pass ISA]), the warping's, the LM head's (dense and Q8_0),
+        and the width of ``at::vec::Vectorized<float>`` on the first.
     """
     fields = dict(item.split("=", 1) for item in ops.build_info().split(";"))
     fields["float_lanes"] = int(fields["float_lanes"])
