@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -101,7 +102,21 @@ struct Head {
   int64_t vocab = 0;
   int64_t block = 0;  // ids per tile
   int64_t tiles = 0;
+  // A sampled call over one row keeps its logits (V floats) from the first
+  // pass for the later ones (see keep_one_row), so the head is read once.
+  std::vector<float> kept;
+  bool kept_full = false;  // set when scan_pass has written every id of `kept`
 };
+
+// A sampled call over a single row (the plain step; verification with no draft
+// token) needs the row's max before its weights, then one tile again for the
+// draw: it keeps the row's V logits from the first pass (1 MB for Gemma's
+// 262,144 ids) instead of reading the head a second time. The values are the
+// ones the first pass computed, so every decision is unchanged. Only for one
+// row: more rows would write the [K+1, V] logits this op exists to avoid.
+void keep_one_row(Head& h) {
+  if (h.rows == 1) h.kept.assign(h.vocab, 0.f);
+}
 
 Head check_head(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                 int64_t weight_format, int64_t dim) {
@@ -191,6 +206,11 @@ void run_head(const HeadTile& tile) {
 
 // Logits of rows [r0, r0 + rows) for tile `t` into out (rows x block floats).
 void tile_logits(const Head& h, int64_t t, int64_t r0, int64_t rows, float* out) {
+  if (h.kept_full && r0 == 0 && rows == 1) {  // the one row's logits, kept by scan_pass
+    const int64_t begin = t * h.block, count = std::min(h.vocab, begin + h.block) - begin;
+    std::memcpy(out, h.kept.data() + begin, count * sizeof(float));
+    return;
+  }
   HeadTile tile = rows_from(h.tile, r0);
   tile.rows = rows;
   tile.begin = t * h.block;
@@ -216,7 +236,7 @@ struct Scan {
   std::vector<uint8_t> nan, pinf;
 };
 
-Scan scan_pass(const Head& h, const std::vector<int64_t>& tokens) {
+Scan scan_pass(Head& h, const std::vector<int64_t>& tokens) {
   const int64_t R = h.rows, T = h.tiles;
   Scan s;
   s.tile_max.resize(R * T);
@@ -229,6 +249,7 @@ Scan scan_pass(const Head& h, const std::vector<int64_t>& tokens) {
     for (int64_t t = t0; t < t1; ++t) {
       tile_logits(h, t, 0, R, buf.data());
       const int64_t begin = t * h.block, count = std::min(h.vocab, begin + h.block) - begin;
+      if (!h.kept.empty()) std::memcpy(h.kept.data() + begin, buf.data(), count * sizeof(float));
       for (int64_t r = 0; r < R; ++r) {
         const float* x = buf.data() + r * h.block;
         float best = x[0];
@@ -249,6 +270,7 @@ Scan scan_pass(const Head& h, const std::vector<int64_t>& tokens) {
       }
     }
   });
+  h.kept_full = !h.kept.empty();
   s.max.assign(R, -kInf);
   s.arg.assign(R, -1);
   s.nan.assign(R, 0);
@@ -451,11 +473,12 @@ at::Tensor verify_hidden(const at::Tensor& hidden, const at::Tensor& weight, con
   const int64_t K = draft_tokens.size(0);
   TORCH_CHECK_VALUE(hidden.dim() == 2 && hidden.size(0) == K + 1, "hidden must be [K+1, d] with K = ", K,
                     " draft tokens, got shape ", hidden.sizes());
-  const Head h = check_head(hidden, weight, bias, weight_format, dim);
+  Head h = check_head(hidden, weight, bias, weight_format, dim);
   const std::vector<int64_t> tokens = read_tokens(draft_tokens, h.vocab);
   std::vector<double> u(K + 1);
   const int64_t shape[1] = {K + 1};
   take_uniforms(uniforms, generator, !warp.greedy, shape, u.data());
+  if (!warp.greedy) keep_one_row(h);
   const Scan s = scan_pass(h, tokens);
   Outcome o{K, -1};
   if (warp.greedy) {
@@ -503,13 +526,14 @@ at::Tensor sample_hidden(const at::Tensor& hidden, const at::Tensor& weight, con
                          int64_t weight_format, int64_t dim, double temperature,
                          const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator) {
   const Warp warp = temperature_warp(temperature);
-  const Head h = check_head(hidden, weight, bias, weight_format, dim);
+  Head h = check_head(hidden, weight, bias, weight_format, dim);
   const int64_t n = h.rows;
   std::vector<double> u(n);
   const int64_t shape[1] = {n};
   take_uniforms(uniforms, generator, !warp.greedy && n > 0, shape, u.data(), "one per row of hidden");
   at::Tensor out = at::empty({n}, hidden.options().dtype(at::kLong));
   if (n == 0) return out;
+  if (!warp.greedy) keep_one_row(h);
   const Scan s = scan_pass(h, {});
   int64_t* tokens = out.data_ptr<int64_t>();
   if (warp.greedy) {

@@ -418,6 +418,33 @@ def test_sample_hidden_equals_sample_draft_on_the_logits(sv):
             assert torch.equal(hr.sample_hidden(h, head, uniforms=u, **kw), want)
 
 
+def test_one_row_sampled_keeps_its_logits_and_decides_the_same(sv):
+    """A sampled call over one row keeps its logits between passes (csrc/ops_hidden.cpp, keep_one_row):
+    the same draws as sample_draft on the reference logits, row by row, over many uniforms; its errors
+    still name the position."""
+    lm = mod(sv, "lm_head")
+    gen = torch.Generator().manual_seed(12)
+    for head in heads(sv, 1300, 64, gen):
+        h = torch.randn(4, 64, generator=gen) * 2
+        logits = lm.reference_logits(head, h)
+        for r in range(4):
+            u = torch.rand(64, dtype=torch.float64, generator=gen)
+            want = torch.stack([sv.sample_draft(logits[r:r + 1], uniforms=u[i:i + 1], temperature=0.8)[0]
+                                for i in range(64)])
+            got = torch.stack([sv.sample_hidden(h[r:r + 1], head, uniforms=u[i:i + 1], temperature=0.8)[0]
+                               for i in range(64)])
+            assert torch.equal(got, want)
+            assert len(set(got.tolist())) > 3  # the draws move with u: not one token kept by mistake
+            for i in range(8):  # K = 0: the plain step through verify_hidden
+                assert sv.verify_hidden(h[r:r + 1], head, torch.empty(0, dtype=torch.int64), temperature=0.8,
+                                        uniforms=u[i:i + 1]) == (0, int(want[i]))
+    bad = torch.randn(1, 64, generator=gen)
+    bad[0, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"logits\[0, "):
+        sv.sample_hidden(bad, heads(sv, 1300, 64, gen)[0], temperature=0.8, uniforms=torch.tensor([0.5],
+                                                                                              dtype=torch.float64))
+
+
 def test_decisions_do_not_depend_on_threads(sv):
     gen = torch.Generator().manual_seed(8)
     head = sv.LMHead(torch.randn(30000, 64, generator=gen).to(torch.bfloat16))
