@@ -177,7 +177,7 @@ def run_head(sv, engine, texts: list, max_new: int, ks, n: int) -> dict:
 def print_head(r: dict, max_new: int, prompts: int) -> None:
     pd, sd = r["plain_differences"], r["differences"]
     gaps = " (gaps " + ", ".join(f"{x['gap']:.4f}" for x in pd) + ")" if pd else ""
-    print(f"  head in our op ({r['head']}): |ours - llama.cpp's logits| <= e = {r['head_deviation']:.4f}; "
+    print(f"  head in our op ({r['head']}): |ours - llama.cpp's logits| <= e = {r['head_deviation']:.3g}; "
           f"plain greedy on our head differs from llama.cpp's plain greedy at {len(pd)} of {prompts} x {max_new} "
           f"positions, llama.cpp's top-2 gap there <= 2e: {sum(x['within_2e'] for x in pd)}/{len(pd)}{gaps}")
     print(f"  through our head, batched vs one-token: d_h = {r['deviation']:.4f}")
