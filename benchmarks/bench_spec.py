@@ -418,8 +418,8 @@ def print_summary(cells: list) -> None:
     """One line per cell: plain, the best fixed k, k=auto (with its prediction), the peers; lookup and draft."""
     print("\n## Summary (tok/s by CPU time; x = over the plain loop, same cell; pred = from the cost curve)")
     print("| engine | model | prompts | mode | plain tok/s | lookup best fixed | lookup auto (k mean, pred) "
-          "| peer lookup best | draft best fixed | draft auto | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| auto / best fixed | auto / fastest plain | peer lookup best | draft best fixed | draft auto | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for cell in cells:
         rows = {r["row"]: r for r in cell["rows"]}
 
@@ -438,12 +438,23 @@ def print_summary(cells: list) -> None:
             pred = f", pred {r['pred_x']:.2f}x" if r.get("pred_x") else ""
             return f"{r['x_plain']:.2f}x (k {r.get('k_mean', 0):.2f}{pred})"
 
+        def ratios(name, prefix):
+            r = rows.get(name)
+            fixed = [x for n, x in rows.items() if n.startswith(prefix) and n[len(prefix):].isdigit()
+                     and n[len(prefix):] != "0"]
+            if r is None or not fixed:
+                return "", ""
+            fastest = max((x for n, x in rows.items() if n in PLAIN_ROWS), key=lambda x: x["tok_s"])
+            return (f"{r['tok_s'] / max(x['tok_s'] for x in fixed):.2f}", f"{r['tok_s'] / fastest['tok_s']:.2f}"
+                    + ("" if fastest["row"] == "plain loop" else f" ({fastest['row'].split(' (')[0]})"))
+
+        vs_best, vs_plain = ratios("lookup k=auto", "lookup k=")
         peers = [r for n, r in rows.items() if "PromptLookup" in n or "prompt_lookup" in n]
         peer = max(peers, key=lambda r: r["tok_s"]) if peers else None
         peer_s = f"{peer['x_plain']:.2f}x ({peer['row'].split('N=')[-1].split('=')[-1].rstrip(')')})" if peer else ""
         load = cell["title"].split("load ")[-1].split()[0]
         print(f"| {cell['engine']} | {cell['model']} | {cell['kind']} | {cell['mode']} | {rows['plain loop']['tok_s']:.1f} "
-              f"| {best('lookup k=')} | {auto('lookup k=auto')} | {peer_s} | {best('draft k=')} | "
+              f"| {best('lookup k=')} | {auto('lookup k=auto')} | {vs_best} | {vs_plain} | {peer_s} | {best('draft k=')} | "
               f"{auto('draft k=auto')} | {load} |")
 
 
