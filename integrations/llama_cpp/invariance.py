@@ -115,35 +115,36 @@ def head_deviation(step, ours: HeadLogits, prompt: list, continuation: list) -> 
     return worst
 
 
-def plain_differences(ours: HeadLogits, prompt: list, plain: list, gaps: list) -> list:
-    """Every position where plain greedy on our head leaves llama.cpp's plain greedy stream (resuming after each)."""
+def every_difference(continue_from, plain: list, gaps: list) -> list:
+    """``[(position, plain's top-2 gap there)]`` wherever ``continue_from(pos)`` -- a decode from the plain
+    stream's first ``pos`` tokens to its end -- leaves the plain stream, resuming from the plain prefix after each."""
     found, pos = [], 0
     while pos < len(plain):
-        out, _ = plain_greedy(ours, list(prompt) + plain[:pos], len(plain) - pos)
+        out = continue_from(pos)
         j = next((i for i, (a, b) in enumerate(zip(out, plain[pos:])) if a != b), None)
         if j is None:
             break
         found.append((pos + j, gaps[pos + j]))
         pos += j + 1
     return found
+
+
+def plain_differences(ours: HeadLogits, prompt: list, plain: list, gaps: list) -> list:
+    """Every position where plain greedy on our head leaves llama.cpp's plain greedy stream."""
+    return every_difference(lambda pos: plain_greedy(ours, list(prompt) + plain[:pos], len(plain) - pos)[0],
+                            plain, gaps)
 
 
 def differences(sv, step, prompt: list, plain: list, gaps: list, k) -> list:
-    """Every position where greedy speculative decoding (prompt lookup, ``k``) leaves the plain stream:
-    ``[(position, plain's top-2 gap there)]``, resuming from the plain prefix after each."""
-    found = []
-    pos = 0
-    while pos < len(plain):
-        kw = dict(k_max=8) if k == "auto" else {}
+    """Every position where greedy speculative decoding (prompt lookup, ``k``) leaves the plain stream."""
+    kw = dict(k_max=8) if k == "auto" else {}
+
+    def continue_from(pos):
         dec = sv.SpeculativeDecoder(sv.PromptLookupDraft(), step.target_step, k=k, greedy=True, **kw)
         start = list(prompt) + plain[:pos]
-        out = dec.generate(torch.tensor(start), len(plain) - pos).tolist()[len(start):]
-        j = next((i for i, (a, b) in enumerate(zip(out, plain[pos:])) if a != b), None)
-        if j is None:
-            break
-        found.append((pos + j, gaps[pos + j]))
-        pos += j + 1
-    return found
+        return dec.generate(torch.tensor(start), len(plain) - pos).tolist()[len(start):]
+
+    return every_difference(continue_from, plain, gaps)
 
 
 def run_head(sv, engine, texts: list, max_new: int, ks, n: int) -> dict:
