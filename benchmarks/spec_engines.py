@@ -203,7 +203,42 @@ class LlamaEngine:
         return out
 
 
-class LlamaHeadEngine(LlamaEngine):
+class _HeadInOp:
+    """What both head engines share: one hidden-state target per temperature on one head, the engine's
+    own plain loop as a peer row (``own_plain``), and the cost curve beside the engine's own.
+
+    A subclass gives ``_hidden_step(temperature)``, ``_costs`` (its engine's cost probe) and
+    ``cost_calls``, ``own_plain``, ``draft_step_engine`` (the attribute holding the draft model, or
+    None), and its ``plain``.
+    """
+
+    def target(self, temperature: float):
+        if temperature not in self._targets:
+            step = self._hidden_step(temperature)
+            self.head = step.head  # one mapping (or copy) of the head for every temperature
+            self._targets[temperature] = step
+        return self._targets[temperature]
+
+    def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
+        """The engine's own plain loop (its head, same adapter code) first, then the base engine's peers."""
+        cpu, wall, new = self.base.plain(prompt, max_new, temperature, torch.Generator().manual_seed(seed))
+        out = {self.own_plain: (cpu, wall, len(new), new)}
+        out.update(self.base.peers(prompt, max_new, temperature, seed, lookup_n))
+        return out
+
+    def eval_costs(self, sizes, context: int = 64, calls: int | None = None) -> dict:
+        """``{"target": {n: cpu ms}, "engine": {n: cpu ms}, ...}``: an eval of ``n`` positions ending at the
+        norm plus our head's pass over its ``n`` rows (greedy ``verify_hidden``); ``engine``: the engine's
+        own eval with logits at each position, measured in the same call."""
+        calls = calls or self.cost_calls
+        out = {"target": self._costs(self.target(0.0), sizes, context, calls, head=self.head, sv=self.sv),
+               "engine": self._costs(self.base.target(0.0), sizes, context, calls)}
+        if getattr(self, self.draft_step_engine) is not None:
+            out["draft"] = self._costs(self.draft(0.0, None), [1], context, calls)
+        return out
+
+
+class LlamaHeadEngine(_HeadInOp, LlamaEngine):
     """llama.cpp with the LM head in our op: the target is ``LlamaCppStep(hidden=True)`` (issue 25).
 
     The same ``Llama`` objects as the ``LlamaEngine`` it wraps (its own context for the target: the
@@ -213,6 +248,9 @@ class LlamaHeadEngine(LlamaEngine):
     """
 
     name = "llama.cpp + head in op"
+    own_plain = "llama.cpp plain loop (its head)"
+    draft_step_engine = "draft_llama"
+    cost_calls = 12  # as LlamaEngine.eval_costs
 
     def __init__(self, base: LlamaEngine):
         self.spec, self.sv, self.threads = base.spec, base.sv, base.threads
@@ -221,14 +259,14 @@ class LlamaHeadEngine(LlamaEngine):
         self._targets = {}
         self.head = None
 
-    def target(self, temperature: float):
+    def _hidden_step(self, temperature: float):
         from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
 
-        if temperature not in self._targets:
-            step = LlamaCppStep(self.llama, temperature=temperature, sv=self.sv, hidden=True, head=self.head)
-            self.head = step.head  # one mapping of the file's head for every temperature
-            self._targets[temperature] = step
-        return self._targets[temperature]
+        return LlamaCppStep(self.llama, temperature=temperature, sv=self.sv, hidden=True, head=self.head)
+
+    @staticmethod
+    def _costs(step, sizes, context, calls, **head):
+        return _llama_costs(step, sizes, context, calls, **head)
 
     def plain(self, prompt: list, max_new: int, temperature: float, generator):
         """Plain decoding on our head: ``(cpu s, wall s, new tokens)``, decoding only."""
@@ -236,23 +274,6 @@ class LlamaHeadEngine(LlamaEngine):
         self.prefill(step, prompt)
         feed = lambda token: step._feed([token], rows=1)  # noqa: E731
         return _timed(lambda: _head_plain_loop(self.sv, step, feed, prompt[-1], max_new, generator))
-
-    def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
-        """The engine's own plain loop (its head, same adapter code) first, then ``LlamaEngine``'s peers."""
-        cpu, wall, new = self.base.plain(prompt, max_new, temperature, torch.Generator().manual_seed(seed))
-        out = {"llama.cpp plain loop (its head)": (cpu, wall, len(new), new)}
-        out.update(self.base.peers(prompt, max_new, temperature, seed, lookup_n))
-        return out
-
-    def eval_costs(self, sizes, context: int = 64, calls: int = 12) -> dict:
-        """``{"target": {n: cpu ms}, "engine": {n: cpu ms}, ...}``: an eval of ``n`` positions ending at the
-        norm plus our head's pass over its ``n`` rows (greedy ``verify_hidden``); ``engine``: llama.cpp's
-        own eval with logits at each position, measured in the same call."""
-        out = {"target": _llama_costs(self.target(0.0), sizes, context, calls, head=self.head, sv=self.sv),
-               "engine": _llama_costs(self.base.target(0.0), sizes, context, calls)}
-        if self.draft_llama is not None:
-            out["draft"] = _llama_costs(self.draft(0.0, None), [1], context, calls)
-        return out
 
 
 def _head_plain_loop(sv, step, feed, first: int, max_new: int, generator) -> list:
@@ -418,7 +439,7 @@ class HFEngine:
         return out
 
 
-class HFHeadEngine(HFEngine):
+class HFHeadEngine(_HeadInOp, HFEngine):
     """transformers with the LM head in our op: the target is ``HFCausalLMStep(hidden=True)`` (issue 25).
 
     The same model as the ``HFEngine`` it wraps; the head is the model's own (float32, tied for the
@@ -427,6 +448,9 @@ class HFHeadEngine(HFEngine):
     """
 
     name = "transformers + head in op"
+    own_plain = "transformers plain loop (its head)"
+    draft_step_engine = "draft_model"
+    cost_calls = 8  # as HFEngine.eval_costs
 
     def __init__(self, base: HFEngine):
         self.spec, self.sv, self.model, self.draft_model = base.spec, base.sv, base.model, base.draft_model
@@ -435,12 +459,12 @@ class HFHeadEngine(HFEngine):
         self._targets = {}
         self.head = None
 
-    def target(self, temperature: float):
-        if temperature not in self._targets:
-            step = self.sv.HFCausalLMStep(self.model, temperature=temperature, hidden=True, head=self.head)
-            self.head = step.head
-            self._targets[temperature] = step
-        return self._targets[temperature]
+    def _hidden_step(self, temperature: float):
+        return self.sv.HFCausalLMStep(self.model, temperature=temperature, hidden=True, head=self.head)
+
+    @staticmethod
+    def _costs(step, sizes, context, calls, **head):
+        return _hf_costs(step, sizes, context, calls, **head)
 
     def plain(self, prompt: list, max_new: int, temperature: float, generator):
         step = self.target(temperature)
@@ -452,20 +476,6 @@ class HFHeadEngine(HFEngine):
                 return _head_plain_loop(self.sv, step, feed, prompt[-1], max_new, generator)
 
         return _timed(loop)
-
-    def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
-        cpu, wall, new = self.base.plain(prompt, max_new, temperature, torch.Generator().manual_seed(seed))
-        out = {"transformers plain loop (its head)": (cpu, wall, len(new), new)}
-        out.update(self.base.peers(prompt, max_new, temperature, seed, lookup_n))
-        return out
-
-    def eval_costs(self, sizes, context: int = 64, calls: int = 8) -> dict:
-        """As ``LlamaHeadEngine.eval_costs``: the forward to the norm plus our head's pass; ``engine``: torch's."""
-        out = {"target": _hf_costs(self.target(0.0), sizes, context, calls, head=self.head, sv=self.sv),
-               "engine": _hf_costs(self.base.target(0.0), sizes, context, calls)}
-        if self.draft_model is not None:
-            out["draft"] = _hf_costs(self.draft(0.0, None), [1], context, calls)
-        return out
 
 
 def _hf_costs(step, sizes, context, calls, head=None, sv=None):

@@ -198,13 +198,8 @@ def hidden_verifier(sv, head, hidden: torch.Tensor, temperature: float) -> Verif
     C++ op at ``temperature``. Its law is ``point_mass_law``.
     """
 
-    def rounds(target_probs, draft_probs, draft_tokens, uniforms):
-        out = np.empty((draft_tokens.shape[0], 2), dtype=np.int64)
-        for b in range(draft_tokens.shape[0]):
-            out[b] = sv.verify_hidden(hidden, head, draft_tokens[b], temperature=temperature, uniforms=uniforms[b])
-        return out[:, 0], out[:, 1]
-
-    return rounds
+    return single_round_verifier(lambda target, draft, tokens, uniforms: sv.verify_hidden(
+        hidden, head, tokens, temperature=temperature, uniforms=uniforms))
 
 
 def point_mass_law(target_probs: torch.Tensor, draft_probs: torch.Tensor):

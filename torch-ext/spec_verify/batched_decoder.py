@@ -67,7 +67,7 @@ from .decode_checks import (
 )
 from .cost_model import AutoCost
 from .decode_stats import DecodeStats
-from .decode_warping import LogitsWarping, _resolve_warping
+from .decode_warping import LogitsWarping, _resolve_warping, carried
 from .hidden import sample_hidden, verify_hidden
 from .lm_head import LMHead
 from .logits import verify_logits_batched
@@ -446,14 +446,11 @@ def _resolve_head(declared, target_step) -> LMHead | None:
         if not isinstance(declared, LMHead):
             raise TypeError(f"head must be an LMHead or None, got {type(declared).__name__}")
         return declared
-    for holder in (target_step, getattr(target_step, "__self__", None)):
-        value = getattr(holder, "head", None)
-        if value is not None:
-            if not isinstance(value, LMHead):
-                raise TypeError(f"target_step.head must be an LMHead (the head its hidden states are read with), "
-                                f"got {type(value).__name__}")
-            return value
-    return None
+    value = carried(target_step, "head")
+    if value is not None and not isinstance(value, LMHead):
+        raise TypeError(f"target_step.head must be an LMHead (the head its hidden states are read with), "
+                        f"got {type(value).__name__}")
+    return value
 
 
 @contextlib.contextmanager

@@ -256,19 +256,18 @@ class AutoCost:
                 row.append(p)
             rows.append(row)
         ge = [1.0] + [1.0 - math.prod(1.0 - row[j] for row in rows) for j in range(1, self.k_max + 1)]
-        out, head, priced = [], 0.0, True  # head: sum_{j<k} (G_j - G_{j+1}) c(j+1), None once unpriced
+        cost = [self.target_cost(batch, j + 1, measured) for j in range(self.k_max + 1)]  # c(j + 1), or None
+        out, head, priced = [], 0.0, True  # head: sum_{j<k} (G_j - G_{j+1}) c(j+1); priced: no None in it
         for k in range(self.k_max + 1):
-            tail = None if ge[k] > 0.0 and self.target_cost(batch, k + 1, measured) is None else \
-                (ge[k] * self.target_cost(batch, k + 1, measured) if ge[k] > 0.0 else 0.0)
-            out.append(head + tail if priced and tail is not None else None)
-            if k < self.k_max:
-                weight = ge[k] - ge[k + 1]
-                if weight > 0.0:
-                    cost = self.target_cost(batch, k + 1, measured)
-                    if cost is None:
-                        priced = False
-                    else:
-                        head += weight * cost
+            if ge[k] <= 0.0:
+                out.append(head if priced else None)
+            else:
+                out.append(head + ge[k] * cost[k] if priced and cost[k] is not None else None)
+            if k < self.k_max and ge[k] - ge[k + 1] > 0.0:
+                if cost[k] is None:
+                    priced = False
+                else:
+                    head += (ge[k] - ge[k + 1]) * cost[k]
         return out
 
 

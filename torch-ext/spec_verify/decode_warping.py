@@ -99,19 +99,24 @@ def _as_warping(value) -> LogitsWarping | None:
     raise TypeError(f"warping must be None, a LogitsWarping or a dict of its fields, got {type(value).__name__}")
 
 
-def _carried_warping(step, name: str) -> LogitsWarping | None:
-    """The warping a callback declares for its logits rows: its ``warping``
-    attribute, or for a bound method its object's; None for probability rows."""
+def carried(step, attribute: str):
+    """A callback's declaration: its ``attribute``, or for a bound method its object's; None when neither has it."""
     for holder in (step, getattr(step, "__self__", None)):
-        value = getattr(holder, "warping", None)
+        value = getattr(holder, attribute, None)
         if value is not None:
-            if not isinstance(value, LogitsWarping):
-                raise TypeError(
-                    f"{name}.warping must be a LogitsWarping (the warping of the logits rows it returns), "
-                    f"got {type(value).__name__}"
-                )
             return value
     return None
+
+
+def _carried_warping(step, name: str) -> LogitsWarping | None:
+    """The warping a callback declares for its logits rows (``carried``); None for probability rows."""
+    value = carried(step, "warping")
+    if value is not None and not isinstance(value, LogitsWarping):
+        raise TypeError(
+            f"{name}.warping must be a LogitsWarping (the warping of the logits rows it returns), "
+            f"got {type(value).__name__}"
+        )
+    return value
 
 
 def _resolve_warping(declared, draft_step, target_step, greedy: bool) -> LogitsWarping | None:

@@ -71,17 +71,22 @@ class HiddenRows(reference.WarpedRows):
         return row64, 1.0
 
 
+def _check_head_and_warp(head, temperature, top_k, top_p, min_p, generator):
+    """The checks both hidden ops start with: the head's type, the warping, the generator. Returns the warp."""
+    if not isinstance(head, LMHead):
+        raise TypeError(f"head must be a spec_verify.LMHead, got {type(head).__name__}")
+    scalars = warp_scalars(temperature, top_k, top_p, min_p)
+    check_generator(generator)
+    return check_warp(*scalars)
+
+
 def check_hidden_call(hidden, head, draft_tokens, draft_logits, temperature, top_k, top_p, min_p, generator,
                       method):
     """Every argument check of ``verify_hidden``, before anything is computed.
 
     Returns ``(warp, block, K)``.
     """
-    if not isinstance(head, LMHead):
-        raise TypeError(f"head must be a spec_verify.LMHead, got {type(head).__name__}")
-    scalars = warp_scalars(temperature, top_k, top_p, min_p)
-    check_generator(generator)
-    warp = check_warp(*scalars)
+    warp = _check_head_and_warp(head, temperature, top_k, top_p, min_p, generator)
     block = reference._check_method(method)
     check_rows_tensor("hidden", hidden, 2)
     check_tokens_tensor("draft_tokens", draft_tokens, 1)
@@ -101,11 +106,7 @@ def check_hidden_call(hidden, head, draft_tokens, draft_logits, temperature, top
 
 def check_sample_call(hidden, head, temperature, top_k, top_p, min_p, generator):
     """Every argument check of ``sample_hidden``. Returns the warp."""
-    if not isinstance(head, LMHead):
-        raise TypeError(f"head must be a spec_verify.LMHead, got {type(head).__name__}")
-    scalars = warp_scalars(temperature, top_k, top_p, min_p)
-    check_generator(generator)
-    warp = check_warp(*scalars)
+    warp = _check_head_and_warp(head, temperature, top_k, top_p, min_p, generator)
     check_rows_tensor("hidden", hidden, 2)
     check_has_values(hidden=hidden)
     if hidden.shape[1] != head.dim:
