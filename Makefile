@@ -103,6 +103,10 @@ $(PADDED_GGUF): models/target/model.safetensors integrations/llama_cpp/padded_ta
 bench-real: build gguf real-models $(PADDED_GGUF) ## prompt lookup and k=auto on real models: llama.cpp and transformers, each with its own head and with the head in our op, with the peers (long; BENCH_ARGS= for a subset)
 	$(PY) -m benchmarks.bench_spec $(BENCH_ARGS)
 
+.PHONY: bench-auto
+bench-auto: build ## k=auto's policy simulated on the measured cost curves (no engine noise): against every fixed k, ~30 s
+	$(PY) -m benchmarks.bench_auto
+
 .PHONY: bench-hidden
 bench-hidden: build real-models ## verify_hidden (the LM head in the op) against the floor and torch's head: a bf16 head, then Gemma 3 270M's Q8_0 head
 	$(PY) -m benchmarks.bench_hidden

@@ -213,3 +213,171 @@ def test_predicted_tokens_are_the_packages_law(sv):
             dtype=torch.float64)) for s, cap in zip((0, 1), caps))
         assert tokens[k] == pytest.approx(expect, rel=1e-12), k
     assert tokens[6] > tokens[1] > tokens[0] == 2.0  # not vacuous: evidence moved the estimates
+
+
+# ============================================================================
+# Sampled rounds: acceptance probabilities, not 0/1 outcomes (Rao-Blackwell)
+# ============================================================================
+
+
+def test_a_sampled_rejection_counts_its_acceptance_probability(sv):
+    """A rejected token the target gave 0.6 is evidence 0.6, not 0; without probabilities, the outcome counts."""
+    with_probs, outcomes_only = sv.AutoCost(k_max=4), sv.AutoCost(k_max=4)
+    with_probs.record(1, 2, 2, (0.0, 0.01, 0.0), [(0, 2, 2, 0, [0.6])])
+    outcomes_only.record(1, 2, 2, (0.0, 0.01, 0.0), [(0, 2, 2, 0)])
+    # The documented estimate at position 0: (evidence + 0.25 * prior 0.5) / (1 judged + 0.25).
+    assert with_probs.alpha(0)[0] == pytest.approx((0.6 + 0.25 * 0.5) / 1.25)
+    assert outcomes_only.alpha(0)[0] == pytest.approx((0.0 + 0.25 * 0.5) / 1.25)
+    # An accepted token then a rejected one: positions 0 and 1 judged, each with its own probability.
+    both = sv.AutoCost(k_max=4)
+    both.record(1, 2, 2, (0.0, 0.01, 0.0), [(0, 2, 2, 1, [0.9, 0.3])])
+    a0 = (0.9 + 0.125) / 1.25
+    assert both.alpha(0)[:2] == pytest.approx([a0, (0.3 + 0.25 * a0) / 1.25])
+
+
+class _Recording:
+    """An AutoCost that always asks for ``k`` and keeps every outcome the decoder reports."""
+
+    def __init__(self, sv, k):
+        class Recording(sv.AutoCost):
+            def choose(self, seqs, caps):
+                return min(k, max(caps)), None
+
+            def record(self, batch, k_asked, drafted, seconds, outcomes):
+                self.seen.extend(outcomes)
+                super().record(batch, k_asked, drafted, seconds, outcomes)
+
+        self.model = Recording(k_max=4)
+        self.model.seen = []
+
+
+V_TABLE = 6
+Z_TARGET = torch.tensor([1.0, 2.5, -0.5, 0.0, 3.0, -2.0])  # the target's logits after any prefix
+Z_DRAFT = torch.tensor([0.5, 2.0, 0.0, 1.0, 1.5, 0.0])
+
+
+def _fixed_target(rows):
+    return lambda prefix, proposed: rows.expand(len(proposed) + 1, V_TABLE).clone()
+
+
+def _fixed_draft(token, rows=None):
+    return lambda prefix, k: (torch.full((k,), token, dtype=torch.int64),
+                              None if rows is None else rows.expand(k, V_TABLE).clone())
+
+
+@pytest.mark.parametrize("kind", ["logits, point mass", "logits, draft rows", "probs, point mass"])
+def test_the_decoder_reports_each_judged_tokens_acceptance_probability(sv, kind):
+    """Against softmax(z / T) in float64, written here: p(t) for a point mass, min(1, p(t) / q(t)) with draft rows."""
+    T, token = 0.8, 1
+    p = torch.softmax(Z_TARGET.double() / T, -1)
+    q = torch.softmax(Z_DRAFT.double() / T, -1)
+    rec = _Recording(sv, 3)
+    if kind == "probs, point mass":
+        dec = sv.SpeculativeDecoder(_fixed_draft(token), _fixed_target(p.float()), k=rec.model, greedy=False,
+                                    generator=torch.Generator().manual_seed(0))
+        expect = float(p[token])
+    else:
+        draft_rows = Z_DRAFT if kind == "logits, draft rows" else None
+        dec = sv.SpeculativeDecoder(_fixed_draft(token, draft_rows), _fixed_target(Z_TARGET), k=rec.model,
+                                    greedy=False, warping=dict(temperature=T),
+                                    generator=torch.Generator().manual_seed(0))
+        expect = float(p[token]) if draft_rows is None else min(1.0, float(p[token] / q[token]))
+    dec.generate(torch.tensor([0]), max_new=40)
+    judged = [(o[2], o[3], o[4]) for o in rec.model.seen if o[2]]
+    assert judged, "the decoder never speculated"
+    for drafted, accepted, probs in judged:
+        assert probs is not None and len(probs) == min(drafted, accepted + 1)
+        # exp_sv against exp: float32 rounding of the weights, ~1e-7 relative.
+        assert probs == pytest.approx([expect] * len(probs), rel=1e-5)
+    assert any(a == 0 for _, a, _ in judged) and any(a > 0 for _, a, _ in judged)  # both outcomes were reported
+
+
+def test_greedy_and_block_rounds_report_outcomes_only(sv):
+    for kw in (dict(greedy=True), dict(greedy=False, method="block", warping=dict(temperature=0.8))):
+        rec = _Recording(sv, 2)
+        dec = sv.SpeculativeDecoder(_fixed_draft(1), _fixed_target(Z_TARGET), k=rec.model,
+                                    generator=torch.Generator().manual_seed(0), **kw)
+        dec.generate(torch.tensor([0]), max_new=12)
+        assert any(o[2] for o in rec.model.seen)
+        assert all(o[4] is None for o in rec.model.seen)
+
+
+def test_the_batched_decoder_reports_each_sequences_acceptance_probabilities(sv):
+    T, token = 0.8, 4
+    p = float(torch.softmax(Z_TARGET.double() / T, -1)[token])
+    rec = _Recording(sv, 2)
+
+    def draft(prefixes, k, rows):
+        return torch.full((len(prefixes), k), token, dtype=torch.int64), None
+
+    def target(prefixes, proposed, rows):
+        return Z_TARGET.expand(len(prefixes), proposed.shape[1] + 1, V_TABLE).clone()
+
+    dec = sv.BatchedSpeculativeDecoder(draft, target, k=rec.model, greedy=False, warping=dict(temperature=T),
+                                       generator=torch.Generator().manual_seed(1))
+    dec.generate([torch.tensor([0]), torch.tensor([1, 2])], max_new=30)
+    judged = [o for o in rec.model.seen if o[2]]
+    assert {o[0] for o in judged} == {0, 1}  # both sequences, each by its own index
+    for _, _, drafted, accepted, probs in judged:
+        assert probs == pytest.approx([p] * min(drafted, accepted + 1), rel=1e-5)
+
+
+# ============================================================================
+# The probe: a plain step asks a cheap draft for one token, judged by the step's own row
+# ============================================================================
+
+
+class _CountingDraft:
+    """A point-mass draft proposing ``token`` (or nothing when ``token`` is None); counts its calls."""
+
+    def __init__(self, token, seconds=0.0):
+        self.token, self.seconds, self.calls = token, seconds, []
+
+    def __call__(self, prefix, k):
+        self.calls.append(k)
+        if self.seconds:  # (sleep(0) yields the core: on a loaded machine, milliseconds)
+            time.sleep(self.seconds)
+        n = 0 if self.token is None else k
+        return torch.full((n,), 0 if self.token is None else self.token, dtype=torch.int64), None
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_plain_step_probes_the_draft_and_judges_it_by_the_emitted_token(sv, greedy):
+    tables = Tables(target_zeros=False)
+    rec = _Recording(sv, 0)  # "auto" that always picks a plain step
+    draft = _CountingDraft(token=2)
+    kw = {} if greedy else dict(warping=dict(temperature=0.8))
+    sleepy = SleepTarget(tables, lambda n: 1.0)  # 20 ms an eval: a probe's microseconds are cheap beside it
+    logits_target = (lambda p, t: torch.log(sleepy(p, t))) if not greedy else sleepy
+    dec = sv.SpeculativeDecoder(draft, logits_target, k=rec.model, greedy=greedy,
+                                generator=torch.Generator().manual_seed(3), **kw)
+    out = dec.generate(torch.tensor([0, 1]), max_new=25).tolist()
+    # The probe never changes the output: the same run as a fixed k = 0 decoder with the same uniforms.
+    plain = sv.SpeculativeDecoder(draft, logits_target, k=0, greedy=greedy,
+                                  generator=torch.Generator().manual_seed(3), **kw)
+    assert plain.generate(torch.tensor([0, 1]), max_new=25).tolist() == out
+    emitted = out[2:]
+    probes = rec.model.seen
+    assert len(probes) == 25 and draft.calls[:24] == [1] * 24
+    for j, (seq, asked, got, hit, probs) in enumerate(probes[:-1]):  # the last step has nothing left to draft
+        assert (asked, got) == (1, 1)
+        assert hit == int(emitted[j] == 2)  # judged against the token the step emitted
+        if greedy:
+            assert probs is None
+        else:  # the step's own row's probability of the probe token
+            row = torch.softmax(torch.log(tables.target_step(torch.tensor(out[: 2 + j]), torch.empty(0)))[0]
+                                .double() / 0.8, -1)
+            assert probs == pytest.approx([float(row[2])], rel=1e-5)
+    assert probes[-1][1:3] == (0, 0)
+    assert dec.stats.k_per_round == [0] * 25 and dec.stats.drafted == 0  # probes are not proposals
+
+
+def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv):
+    tables = Tables(target_zeros=False)
+    target = SleepTarget(tables, lambda n: 1.0)  # 20 ms an eval
+    for seconds, probed_always in ((0.0, True), (0.5 * UNIT, False)):  # a draft token at 0 and at 50% of c(1)
+        rec = _Recording(sv, 0)
+        draft = _CountingDraft(token=1, seconds=seconds)
+        sv.SpeculativeDecoder(draft, target, k=rec.model).generate(torch.tensor([0]), max_new=8)
+        # The draft's cost is a median of 3 probes before it can refuse the next.
+        assert len(draft.calls) == (7 if probed_always else 3)

@@ -70,7 +70,7 @@ from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping, carried
 from .hidden import sample_hidden, verify_hidden
 from .lm_head import LMHead
-from .logits import verify_logits_batched
+from .logits import verify_logits_batched, warp_probs
 from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
 
 __all__ = ["BatchedSpeculativeDecoder"]
@@ -230,9 +230,14 @@ class _DecodeLoop:
         budgets = asked = [min(k_ask, cap) for cap in caps]
         prefixes = [sequences[b].filled for b in active]
         t0 = time.perf_counter()
+        probe = None
         if max(budgets) == 0:
             # A plain step (k = 0, or the last token of every sequence): nothing to draft.
             draft_tokens, draft_rows = torch.empty((len(active), 0), dtype=torch.int64), None
+            if self.auto is not None and max(caps) > 0 and self.auto.probe_is_cheap(len(active)):
+                # k="auto" chose a plain step: ask a cheap draft for one token anyway, never verified,
+                # judged against the token the step emits (DESIGN.md, "k = auto": the probe).
+                probe = self._draft_round(prefixes, 1, active, [min(1, cap) for cap in caps])
         else:
             draft_tokens, draft_rows, budgets = self._draft_round(prefixes, max(budgets), active, budgets)
         t1 = time.perf_counter()
@@ -250,10 +255,69 @@ class _DecodeLoop:
             # With head=, verification computes the head's logits of every row: it is part of
             # the target eval's cost per width, not a constant.
             t_eval = t3 - t1 if self.head is not None else t2 - t1
-            self.auto.record(len(active), k_ask, draft_tokens.shape[1],
-                             (t1 - t0, t_eval, time.perf_counter() - t1 - t_eval),
-                             list(zip(active, asked, budgets, accepted)))
+            if probe is None:
+                k_record = k_ask
+                probs = self._acceptance(target_rows, draft_tokens, draft_rows, budgets, accepted)
+                outcomes = list(zip(active, asked, budgets, accepted, probs))
+            else:
+                k_record, outcomes = 1, self._probe_outcomes(probe, target_rows, active, caps, next_tokens)
+            self.auto.record(len(active), k_record, draft_tokens.shape[1],
+                             (t1 - t0, t_eval, time.perf_counter() - t1 - t_eval), outcomes)
         return still
+
+    def _probe_outcomes(self, probe, target_rows, active: list, caps: list, next_tokens: list) -> list:
+        """``AutoCost.record``'s outcomes for a plain step's probe: position 0 judged by the step's own row.
+
+        The probe token ``t`` counts as accepted iff the step emitted it:
+        greedy, exactly the test verification would have made (``t`` is the
+        argmax); sampled, an outcome of mean ``p(t)``, a point mass's
+        acceptance probability -- and where the rows allow, ``p(t)`` itself
+        (``_acceptance``). The step's emitted token does not depend on the
+        probe, which only informs later rounds' ``k``.
+        """
+        tokens, rows, got = probe
+        hits = [int(g > 0 and int(tokens[b, 0]) == int(next_tokens[b])) for b, g in enumerate(got)]
+        probs = self._acceptance(target_rows, tokens, rows, got, [0] * len(got))
+        return [(seq, min(1, cap), g, hit, p) for seq, cap, g, hit, p in zip(active, caps, got, hits, probs)]
+
+    def _acceptance(self, target_rows, draft_tokens, draft_rows, budgets: list, accepted: list) -> list:
+        """Per sequence, each judged draft token's acceptance probability (None: its outcomes count).
+
+        For ``k="auto"``'s acceptance estimate (``AutoCost.record``): in a
+        sampled token-wise round, position ``i`` (judged: drafted, every
+        earlier one accepted) was accepted with probability ``min(1, p_i(t_i) /
+        q_i(t_i))`` (``q = 1`` for a point mass), which has the 0/1 outcome's
+        mean and none of its noise. Greedy outcomes are already
+        deterministic; block verification does not accept token by token;
+        with ``head=`` the rows are hidden states. Costs one ``warp_probs``
+        pass per judged row (~25 us at V = 32000), counted in the round's time.
+        """
+        none = [None] * len(budgets)
+        if self._argmax_only or self.method != "token" or self.head is not None:
+            return none
+        where = [(b, i) for b, (k_b, a) in enumerate(zip(budgets, accepted)) for i in range(min(k_b, a + 1))]
+        if not where:
+            return none
+        seq, pos = (torch.tensor(c, dtype=torch.int64) for c in zip(*where))
+        tokens = draft_tokens[seq, pos]
+        probs = self._token_probs(target_rows[seq, pos], tokens)
+        if draft_rows is not None:
+            q = self._token_probs(draft_rows[seq, pos], tokens)
+            probs = torch.where(q > 0, probs / q, 1.0).clamp(max=1.0)
+        out = [[] for _ in budgets]
+        for (b, _), value in zip(where, probs.tolist()):
+            out[b].append(value)
+        return [row or None for row in out]
+
+    def _token_probs(self, rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """``[J]`` float64: row ``j``'s (warped) probability of ``tokens[j]``."""
+        if self.warping is None:
+            weights = rows.double()
+        else:
+            weights = warp_probs(rows, normalize=False, **self.warping.kwargs()).double()
+        mass = weights.sum(-1)
+        picked = weights.gather(-1, tokens[:, None])[:, 0]
+        return torch.where(mass > 0, picked / mass, 0.0)
 
     def _choose_k(self, active: list, caps: list) -> tuple:
         """``(k to ask the draft for, (predicted tokens, predicted seconds) or None)``."""

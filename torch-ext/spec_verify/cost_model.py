@@ -32,7 +32,14 @@ tokens per second (DESIGN.md, "k = auto"):
 * ``alpha_hat_i`` is each sequence's own acceptance at position ``i``,
   exponentially forgotten (``decay`` per round): prompt-lookup matches come
   in bursts, so a global average would speculate in a stretch of prose
-  because of the quote before it. Forgotten evidence returns to the prior
+  because of the quote before it. In sampled token-wise rounds a judged
+  position counts its acceptance probability ``min(1, p(t) / q(t))``, not
+  its 0/1 outcome: at T = 0.8 a lookup token the target gives 0.6 is
+  rejected 4 times in 10, and one rejection read as 0 stopped speculation
+  for ~9 rounds. A plain step chosen by ``auto`` still learns: the decoder
+  asks a cheap draft (``probe_is_cheap``) for one token and judges it by
+  the step's own row (the *probe*), so a quote that begins is found in a
+  round, not after the old evidence is forgotten. Forgotten evidence returns to the prior
   (position ``i-1``'s estimate; 0.5 at position 0), so a draft that failed a
   while ago is tried again where the costs allow.
 
@@ -58,6 +65,7 @@ _PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any 
 _MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before one size's median is trusted
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
+_PROBE_SHARE = 0.05  # a plain step probes the draft while a draft token costs at most this share of c_target(1)
 
 
 class AutoCost:
@@ -108,19 +116,24 @@ class AutoCost:
         self._evidence = {}
 
     def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list) -> None:
-        """One round: its timings and each sequence's ``(sequence, asked, drafted, accepted)``.
+        """One round: its timings and each sequence's ``(sequence, asked, drafted, accepted[, probs])``.
 
         ``seconds`` is ``(draft, target, rest)``; ``drafted`` the width the
         target evaluated (``drafted + 1`` positions); ``asked`` what the draft
         was asked of that sequence, ``drafted`` what it proposed (a prompt
-        lookup may propose fewer, or none).
+        lookup may propose fewer, or none). ``probs``, optional: the
+        acceptance probability of each judged position (``0 ..
+        min(drafted, accepted + 1) - 1``), counted instead of the 0/1
+        outcomes (Rao-Blackwell: the same mean, less noise).
         """
         draft_s, target_s, rest_s = seconds
         self._target[(batch, drafted + 1)].append(target_s)
         if k_asked:
             self._draft_per_token[batch].append(draft_s / k_asked)
         self._other[batch].append(rest_s)
-        for seq, n_asked, n_drafted, n_accepted in outcomes:
+        for outcome in outcomes:
+            seq, n_asked, n_drafted, n_accepted = outcome[:4]
+            probs = outcome[4] if len(outcome) > 4 else None
             acc, judged, ext, reached = self._evidence.setdefault(seq, [[0.0] * self.k_max for _ in range(4)])
             # Rounds with evidence forget fast (a burst ends in a round or two); rounds without it
             # slowly, so a draft that failed is tried again only after a while (a retry costs a longer eval).
@@ -131,10 +144,12 @@ class AutoCost:
                 judged[i] *= keep_alpha
                 ext[i] *= keep_reach
                 reached[i] *= keep_reach
-            # Position i was judged if it was drafted and every earlier one accepted.
+            # Position i was judged if it was drafted and every earlier one accepted. Its evidence is
+            # its acceptance probability where the decoder gives it (sampled token-wise rounds), else
+            # the outcome: the same mean, and a rejection at p = 0.6 no longer reads as 0.
             for i in range(min(n_drafted, n_accepted + 1, self.k_max)):
                 judged[i] += 1.0
-                acc[i] += float(i < n_accepted)
+                acc[i] += float(i < n_accepted) if probs is None else min(max(float(probs[i]), 0.0), 1.0)
             # Position i was reached if it was asked for and the proposal got that far.
             for i in range(min(n_asked, n_drafted + 1, self.k_max)):
                 reached[i] += 1.0
@@ -155,6 +170,19 @@ class AutoCost:
         """
         _, _, ext, reached = self._evidence.get(seq, [[0.0] * self.k_max for _ in range(4)])
         return _shrunk(ext, reached, _PRIOR_REACH)
+
+    def probe_is_cheap(self, batch: int) -> bool:
+        """May a plain step ask the draft for one token it will not verify (the probe)?
+
+        Yes while the draft's measured cost per token (a median of at least
+        ``_MIN_SAMPLES``: a first call's warm-up is no verdict) is at most
+        ``_PROBE_SHARE`` of a one-position target eval: a prompt lookup
+        (~10-30 us) always is; a draft model is tried a few times, then left alone.
+        """
+        draft, base = self._draft_per_token.get(batch), self._target.get((batch, 1))
+        if not draft or len(draft) < _MIN_SAMPLES or not base:
+            return True
+        return statistics.median(draft) <= _PROBE_SHARE * statistics.median(base)
 
     def target_cost(self, batch: int, positions: int, measured: dict | None = None):
         """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet).

@@ -1,0 +1,178 @@
+"""``k="auto"``'s policy on measured cost curves, noise-free: what the estimator alone gains or loses.
+
+    python -m benchmarks.bench_auto                 # every curve x prompt kind x mode, 5 seeds
+    python -m benchmarks.bench_auto --seeds 20 --curve "transformers Gemma"
+
+A real-model bench row moves by up to ~15-25% from run to run in sampled mode
+(the draws, hence the acceptances, change with the k chosen; a shared machine's
+load moves the timings), which hides a change of the policy of that size.
+Here the real ``sv.AutoCost`` is driven round by round (``choose`` then
+``record``, as the decoder drives it) on a synthetic text whose acceptance
+is known, priced by eval-cost curves measured in ``make bench-real``:
+
+* **the text** switches between a *copy* stretch (the prompt lookup
+  proposes every position; greedy accepts each with 0.97, sampled with a
+  per-token ``p ~ Beta(6, 2)``, mean 0.75) and *prose* (it proposes the first
+  position with 0.3 and each next with 0.5; greedy accepts with 0.25,
+  sampled ``p ~ Beta(1, 4)``, mean 0.2), per emitted token: *grounded*
+  prompts enter a copy with 0.08 and leave with 0.04 (about two thirds
+  copied), *open* ones enter with 0.01 and leave with 0.2;
+* **the cost** of an eval of ``n`` positions is ``c(n)`` of the curve times
+  a lognormal factor (sigma 0.05), doubled for 2% of evals (a loaded machine);
+* **a run** is 40 prompts of 64 new tokens on one shared ``AutoCost`` (the
+  bench's and a server's use: the curve is the engine's, the acceptance each
+  prompt's own), against plain decoding (64 evals of one position per prompt)
+  and every fixed k on the same text model;
+* **the policies**: ``auto, outcomes only`` (the estimate before
+  2026-12-02's change: 0/1 outcomes, nothing learnt in a plain step);
+  ``+ acceptance probabilities`` (a sampled judged position counts its
+  acceptance probability, Rao-Blackwell; greedy has nothing else to count);
+  ``+ the probe``, ``auto`` as shipped (a plain step asks the lookup for one
+  token and judges it by the step's own row); fixed ``k = 1 .. 8``.
+
+Figures are tokens per unit of cost over plain's, medians over seeds. What it
+does not model: the decoder's own Python per round, draws that change with
+``k``, a curve that drifts during a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+
+# c(n) / c(1) for n = 1 .. 9: an eval of n positions with logits (or, with the
+# head in our op, hidden states plus verify_hidden's pass) at all of them, one
+# thread, Intel Xeon (Sapphire Rapids class, 480 MiB L3), 2026-12-02
+# (docs/performance.md, "Eval-cost curves").
+CURVES = {
+    "llama.cpp Gemma": [1.0, 1.33, 2.23, 1.91, 2.81, 2.38, 3.29, 2.81, 3.68],
+    "llama.cpp + head Gemma": [1.0, 1.12, 1.33, 1.41, 1.66, 1.68, 1.95, 2.05, 2.40],  # ours / ours at n = 1
+    "transformers Gemma": [1.0, 1.08, 1.17, 1.94, 2.03, 2.08, 2.72, 2.80, 2.87],
+    "llama.cpp SmolLM2": [1.0, 1.34, 1.84, 2.07, 2.38, 2.70, 3.29, 3.45, 3.92],
+    "transformers shipped": [1.0, 1.06, 1.13, 1.29, 1.31, 1.37, 1.52, 1.53, 1.63],
+}
+
+# Per emitted token: (P(enter a copy), P(leave it)).
+KINDS = {"grounded": (0.08, 0.04), "open": (0.01, 0.2)}
+
+PROMPTS, NEW_TOKENS, K_MAX = 40, 64, 8
+
+
+# ----------------------------------------------------------------------------
+# The synthetic text
+# ----------------------------------------------------------------------------
+
+
+class Text:
+    """The copy / prose state, and what a lookup proposes and the target accepts in each."""
+
+    def __init__(self, kind: str, sampled: bool, rng: random.Random):
+        self.enter, self.leave = KINDS[kind]
+        self.sampled, self.rng = sampled, rng
+        self.copy = rng.random() < self.enter / (self.enter + self.leave)  # the chain's stationary law
+
+    def advance(self, tokens: int) -> None:
+        for _ in range(tokens):
+            flip = self.leave if self.copy else self.enter
+            if self.rng.random() < flip:
+                self.copy = not self.copy
+
+    def proposes(self, i: int) -> bool:
+        """Does the lookup propose position ``i`` (given it proposed ``i - 1``)?"""
+        return self.copy or self.rng.random() < (0.3 if i == 0 else 0.5)
+
+    def acceptance(self) -> float:
+        """The target's acceptance probability of this proposal (greedy: of the argmax matching)."""
+        if not self.sampled:
+            return 0.97 if self.copy else 0.25
+        return self.rng.betavariate(6, 2) if self.copy else self.rng.betavariate(1, 4)
+
+
+# ----------------------------------------------------------------------------
+# One policy over one run
+# ----------------------------------------------------------------------------
+
+
+def _eval_cost(curve: list, n: int, rng: random.Random) -> float:
+    cost = curve[n - 1] * rng.lognormvariate(0.0, 0.05)
+    return 2 * cost if rng.random() < 0.02 else cost
+
+
+AUTOS = ("outcomes", "rb", "auto")  # the old estimate; + acceptance probabilities; + the probe (shipped)
+
+
+def run(sv, curve: list, kind: str, sampled: bool, policy, seed: int) -> float:
+    """Tokens per unit cost over plain's, for ``policy`` = an int k or one of ``AUTOS``."""
+    rng = random.Random(seed)
+    model = sv.AutoCost(k_max=K_MAX) if policy in AUTOS else None
+    tokens = cost = plain_cost = 0.0
+    for _ in range(PROMPTS):
+        text = Text(kind, sampled, rng)
+        if model is not None:
+            model.new_run()
+        left = NEW_TOKENS
+        while left:
+            cap = min(K_MAX, left - 1)
+            k = min(policy, cap) if model is None else model.choose([0], [cap])[0]
+            # A plain step of "auto" probes the lookup for one token, judged by the step's own row.
+            probe = policy == "auto" and k == 0 and cap > 0
+            asked = 1 if probe else k
+            m = 0
+            while m < asked and text.proposes(m):
+                m += 1
+            accepted, probs = 0, []
+            while accepted < m:  # judged positions: each until the first rejection
+                p = text.acceptance()
+                probs.append(p)
+                if rng.random() >= p:
+                    break
+                accepted += 1
+            width = 0 if probe else m
+            seconds = _eval_cost(curve, width + 1, rng)
+            if model is not None:
+                evidence = probs if sampled and policy != "outcomes" and probs else None
+                model.record(1, asked, width, (0.0, seconds, 0.0), [(0, asked, m, accepted, evidence)])
+            if probe:
+                accepted = 0  # the probe is never verified: the step emits one token
+            emitted = min(accepted + 1, left)
+            text.advance(emitted)
+            left -= emitted
+            tokens += emitted
+            cost += seconds
+        plain_cost += sum(_eval_cost(curve, 1, rng) for _ in range(NEW_TOKENS))
+    return (tokens / cost) / (PROMPTS * NEW_TOKENS / plain_cost)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--curve", default=None, help="one of: " + ", ".join(CURVES))
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from tools.kernel_loader import load_kernel
+
+    sv = load_kernel()
+    curves = {args.curve: CURVES[args.curve]} if args.curve else CURVES
+    print(f"k=auto's policy, simulated: {PROMPTS} prompts x {NEW_TOKENS} tokens per run, "
+          f"medians of {args.seeds} seeds; x plain by the curve's cost\n")
+    print("| curve | prompts | mode | best fixed k | auto, outcomes only (/ best) | + acceptance probabilities "
+          "| + the probe: auto as shipped (/ best) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, curve in curves.items():
+        for kind in KINDS:
+            for sampled in (False, True):
+                def med(policy):
+                    return statistics.median(run(sv, curve, kind, sampled, policy, s) for s in range(args.seeds))
+                fixed = {k: med(k) for k in range(1, K_MAX + 1)}
+                best_k = max(fixed, key=fixed.get)
+                best = fixed[best_k]
+                autos = " | ".join(f"{x:.2f}x ({x / best:.2f})" for x in map(med, AUTOS))
+                mode = "sampled" if sampled else "greedy"
+                print(f"| {name} | {kind} | {mode} | {best:.2f}x (k={best_k}) | {autos} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
