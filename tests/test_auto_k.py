@@ -381,3 +381,20 @@ def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv):
         sv.SpeculativeDecoder(draft, target, k=rec.model).generate(torch.tensor([0]), max_new=8)
         # The draft's cost is a median of 3 probes before it can refuse the next.
         assert len(draft.calls) == (7 if probed_always else 3)
+
+
+def test_remeasuring_a_size_the_draft_never_reaches_stops_after_three_tries(sv):
+    """The next size up is re-measured while it has < 3 samples -- in at most 3 rounds, even if never reached."""
+    model = sv.AutoCost(k_max=4)
+    for _ in range(3):
+        model.record(1, 0, 0, (0.0, 1.0, 0.0), [(0, 0, 0, 0)])
+    # One round at k = 1: n = 2 measured once (1.25), its token rejected.
+    model.record(1, 1, 1, (0.0, 1.25, 0.0), [(0, 1, 1, 0)])
+    chosen = []
+    for _ in range(10):
+        k, _ = model.choose([0], [4])
+        chosen.append(k)
+        # The lookup finds nothing: asked for k tokens, it proposes none, the eval is one position.
+        model.record(1, k, 0, (0.0, 1.0, 0.0), [(0, k, 0, 0)])
+    # k = 1 is within 0.8x of plain and n = 2 has one sample: re-measured, but never more than 3 times.
+    assert 1 <= chosen.count(1) <= 3 and chosen[-4:] == [0, 0, 0, 0]

@@ -26,7 +26,8 @@ tokens per second (DESIGN.md, "k = auto"):
   plain steps until ``c_target(1)`` has 3 samples, so a first call's warm-up
   cannot make plain decoding look slow; the next size up from the best,
   while it has fewer than 3 samples and is predicted within 0.8x of the
-  best, is measured again, so one slow outlier cannot stall the climb;
+  best, is measured again (in at most 3 rounds: a lookup may propose less
+  than asked), so one slow outlier cannot stall the climb;
 * ``c_draft`` is the median draft time per proposed token (~0 for prompt
   lookup), ``c_other`` the median of the rest of a round (verify, commit);
 * ``alpha_hat_i`` is each sequence's own acceptance at position ``i``,
@@ -106,6 +107,7 @@ class AutoCost:
         self._target: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._other: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._retries: dict = collections.defaultdict(int)  # (batch size, positions) -> rounds the re-measure rule chose it
         # sequence -> decayed counts per position: accepted, judged (acceptance); extended, reached (reach)
         self._evidence: dict = {}
 
@@ -264,9 +266,14 @@ class AutoCost:
         # One step up from the best, measured once or twice, may hold an outlier that stalls the climb:
         # while it is close, measure it again (bounded: _MIN_SAMPLES rounds per size, ever). A size
         # that looked too fast is chosen anyway, and its median corrects it.
+        # Bounded by tries, not by samples: a lookup asked for k + 1 tokens may propose fewer,
+        # and the size would never get its samples while the rule kept choosing it.
         up = [c for c in candidates if -c[1] == -best[1] + 1
-              and 0 < len(self._target.get((batch, -c[1] + 1), ())) < _MIN_SAMPLES and c[0] >= _CLOSE * best[0]]
+              and 0 < len(self._target.get((batch, -c[1] + 1), ())) < _MIN_SAMPLES
+              and self._retries[(batch, -c[1] + 1)] < _MIN_SAMPLES and c[0] >= _CLOSE * best[0]]
         chosen = up[0] if up else best
+        if up:
+            self._retries[(batch, -chosen[1] + 1)] += 1
         return -chosen[1], (chosen[2], chosen[3])
 
     def _expected_target_costs(self, batch: int, reaches: list, measured: dict) -> list:
