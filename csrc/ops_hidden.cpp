@@ -1,7 +1,8 @@
 // Verification from hidden states: the LM head inside the op (DESIGN.md,
 // Note [LM head logits]). hidden_logits (the logits function itself),
-// verify_hidden (greedy; sampled at temperature only, point-mass drafts) and
-// sample_hidden (the plain step on the same head).
+// verify_hidden (greedy; sampled at temperature only, point-mass drafts),
+// verify_hidden_batched (B sequences of ragged k_b, the batched logits ops'
+// layout) and sample_hidden (the plain step on the same head).
 //
 // The weights are read once for all rows: the vocabulary is cut into fixed
 // tiles (block_size_for(V) ids, the blocks of every float64 row sum), each
@@ -669,6 +670,64 @@ at::Tensor verify_hidden(const at::Tensor& hidden, const at::Tensor& weight, con
   out.data_ptr<int64_t>()[0] = o.n_accepted;
   out.data_ptr<int64_t>()[1] = o.next_token;
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> verify_hidden_batched(
+    const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    const at::Tensor& draft_tokens, const std::optional<at::Tensor>& num_draft_tokens, int64_t weight_format,
+    int64_t dim, double temperature, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator) {
+  const Warp warp = temperature_warp(temperature);
+  check_float_rows("hidden", hidden, 3);
+  check_tokens("draft_tokens", draft_tokens, 2);
+  const int64_t B = draft_tokens.size(0), K = draft_tokens.size(1);
+  TORCH_CHECK_VALUE(dim >= 1 && hidden.size(0) == B && hidden.size(1) == K + 1 && hidden.size(2) == dim,
+                    "hidden must be [B, K+1, d] = [", B, ", ", K + 1, ", ", dim,
+                    "] for draft_tokens [B, K] and the head's d, got shape ", hidden.sizes());
+  Head h = check_weights(weight, bias, weight_format, dim);
+  // The counts and each sequence's first k_b ids, checked before anything B-sized is allocated.
+  const std::vector<int64_t> counts = draft_counts(num_draft_tokens, draft_tokens, Dims{B, K, h.vocab});
+  std::vector<double> u(B * (K + 1));
+  const int64_t shape[2] = {B, K + 1};
+  take_uniforms(uniforms, generator, !warp.greedy, shape, u.data(),
+                "B rows of one per draft token plus one for the final draw");
+  at::Tensor accepted = at::empty({B}, draft_tokens.options().dtype(at::kLong));
+  at::Tensor next = at::empty({B}, draft_tokens.options().dtype(at::kLong));
+  if (B == 0) return {accepted, next};
+  // The flat rows: rows 0 .. k_b of each sequence (the padding rows are never read).
+  std::vector<at::Tensor> blocks;
+  std::vector<Sequence> qs;
+  int64_t rows = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    blocks.push_back(hidden[b].narrow(0, 0, counts[b] + 1));
+    qs.push_back({rows, counts[b], u.data() + b * (K + 1)});
+    rows += counts[b] + 1;
+  }
+  set_rows(h, blocks, hidden.options());
+  std::vector<int64_t> tokens(rows, -1);  // -1 at each bonus row: no draft token
+  h.seq.resize(rows);
+  h.pos.resize(rows);
+  const IntView ids(draft_tokens);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i <= counts[b]; ++i) {
+      const int64_t r = qs[b].row0 + i;
+      h.seq[r] = b, h.pos[r] = i;
+      if (i < counts[b]) tokens[r] = ids.at(b, i);
+    }
+  }
+  // One pass over the weights for every row of the batch (the kept logits within the budget, counting all rows).
+  if (!warp.greedy) keep_logits(h);
+  const Scan s = scan_pass(h, tokens);
+  std::vector<Outcome> o;
+  if (warp.greedy) {
+    for (const Sequence& q : qs) o.push_back(greedy_outcome(h, s, q, tokens));
+  } else {
+    o = sampled_outcomes(h, s, warp, qs, tokens);
+  }
+  int64_t* a = accepted.data_ptr<int64_t>();
+  int64_t* x = next.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) a[b] = o[b].n_accepted, x[b] = o[b].next_token;
+  return {accepted, next};
 }
 
 at::Tensor sample_hidden(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
