@@ -474,8 +474,8 @@ def reaching_uniforms(k, gen):
 
 @pytest.mark.parametrize("fmt,k", KEEP_CASES, ids=[f"{f}-K{k}" for f, k in KEEP_CASES])
 def test_kept_logits_decide_as_two_passes_and_the_reference(sv, monkeypatch, fmt, k):
-    """Within the budget and just above it (f32 K = 8, bf16 K = 6: one row over; q8 K = 21: R = 22):
-    the one-pass op's decisions equal the forced two-pass path's (SPEC_VERIFY_HIDDEN_TWO_PASS=1) and
+    """Within the budget (f32 K = 4, Q8_0 K = 9), at it (f32 K = 7: 8 rows), one row over it (f32 K = 8,
+    bf16 K = 4, Q8_0 K = 21) and further (bf16 K = 6): the one-pass op's decisions equal the forced two-pass path's (SPEC_VERIFY_HIDDEN_TWO_PASS=1) and
     the pure-torch reference's, for the same uniforms, over rejections at every position (the
     correction from the last draft row among them) and bonus draws."""
     lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
