@@ -135,6 +135,16 @@ at::Tensor verify_hidden(const at::Tensor& hidden, const at::Tensor& weight, con
                          const at::Tensor& draft_tokens, int64_t weight_format, int64_t dim, double temperature,
                          const std::optional<at::Tensor>& uniforms, std::optional<at::Generator> generator);
 
+// hidden [B, K+1, dim], draft_tokens [B, K], num_draft_tokens [B] (None: all K)
+// -> int64 [B] accepted, int64 [B] next tokens: sequence b is verify_hidden on
+// its rows 0 .. k_b with uniforms[b, :k_b + 1]; one pass over the weights for
+// the rows of every sequence.
+std::tuple<at::Tensor, at::Tensor> verify_hidden_batched(
+    const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    const at::Tensor& draft_tokens, const std::optional<at::Tensor>& num_draft_tokens, int64_t weight_format,
+    int64_t dim, double temperature, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator);
+
 // hidden [n, dim] -> int64 [n]: row j's token drawn from its logits at
 // `temperature` with uniform j (argmax at 0), as sample_draft on the logits.
 at::Tensor sample_hidden(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,

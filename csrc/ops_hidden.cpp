@@ -1,18 +1,29 @@
 // Verification from hidden states: the LM head inside the op (DESIGN.md,
 // Note [LM head logits]). hidden_logits (the logits function itself),
-// verify_hidden (greedy; sampled at temperature only, point-mass drafts) and
-// sample_hidden (the plain step on the same head).
+// verify_hidden (greedy; sampled at temperature only, point-mass drafts),
+// verify_hidden_batched (B sequences of ragged k_b, the batched logits ops'
+// layout) and sample_hidden (the plain step on the same head).
 //
 // The weights are read once for all rows: the vocabulary is cut into fixed
 // tiles (block_size_for(V) ids, the blocks of every float64 row sum), each
 // thread takes whole tiles and writes per-tile results (max, argmax, flags,
 // float64 weight sums) into slots of its own, and the decisions read the
-// slots in tile order -- so nothing depends on the thread count, and no
-// [K+1, V] tensor is written. Sampled rows need their max before their
-// weights, so they take a second pass; a correction takes a third, over one
-// row. Each tile's weights and float64 sum come from the same `weights`
-// kernel, over the same blocks, as verify_logits' warping (warp.cpp), so the
-// masses, and hence the decisions, equal verify_logits' on the same logits.
+// slots in tile order -- so nothing depends on the thread count. Sampled
+// rows need their max before their weights (exp_sv((x - max) * s)), then
+// one tile again per draw and a pass over each rejected row: so a sampled
+// call keeps pass 1's logits of every row in a scratch (keep_logits) and
+// the later passes read it, whenever it takes at most 1/8 of the head's
+// weight bytes (R * V * 4 <= V * row_bytes / 8; Gemma 3 270M's Q8_0 head:
+// up to 21 rows). Why: what "never write a [K+1, V] logits tensor" buys is
+// one read of the weights, and writing and re-reading an internal scratch
+// of at most 1/8 of them costs far less than a second read; it is never
+// returned. Above the budget the later passes recompute the logits from the
+// weights (pass 2 over the rows whose masses the tests need, a third over
+// the rejected rows). The values are pass 1's either way, so the decisions
+// do not depend on the path. Each tile's weights and float64 sum come from
+// the same `weights` kernel, over the same blocks, as verify_logits'
+// warping (warp.cpp), so the masses, and hence the decisions, equal
+// verify_logits' on the same logits.
 #include "ops.h"
 
 #include "checks.h"
@@ -28,8 +39,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace spec_verify {
@@ -102,27 +118,21 @@ struct Head {
   int64_t vocab = 0;
   int64_t block = 0;  // ids per tile
   int64_t tiles = 0;
-  // A sampled call over one row keeps its logits (V floats) from the first
-  // pass for the later ones (see keep_one_row), so the head is read once.
-  std::vector<float> kept;
-  bool kept_full = false;  // set when scan_pass has written every id of `kept`
+  // The kept logits (keep_logits): pass 1's logits of every row, tile-major --
+  // tile t's rows start at t * rows * block, each count(t) floats -- so the
+  // rows of one tile are one contiguous slab.
+  std::unique_ptr<float[]> kept;
+  bool kept_full = false;  // set when scan_pass has written every tile of `kept`
+  // The batched op's flat rows are its sequences' rows: messages name row r
+  // as logits[seq[r], pos[r], x]. Empty: logits[r, x].
+  std::vector<int64_t> seq, pos;
+
+  int64_t count(int64_t t) const { return std::min(vocab, (t + 1) * block) - t * block; }
 };
 
-// A sampled call over a single row (the plain step; verification with no draft
-// token) needs the row's max before its weights, then one tile again for the
-// draw: it keeps the row's V logits from the first pass (1 MB for Gemma's
-// 262,144 ids) instead of reading the head a second time. The values are the
-// ones the first pass computed, so every decision is unchanged. Only for one
-// row: more rows would write the [K+1, V] logits this op exists to avoid.
-void keep_one_row(Head& h) {
-  if (h.rows == 1) h.kept.assign(h.vocab, 0.f);
-}
-
-Head check_head(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                int64_t weight_format, int64_t dim) {
-  check_float_rows("hidden", hidden, 2);
-  TORCH_CHECK_VALUE(dim >= 1 && hidden.size(1) == dim, "hidden must be [n, d] with d = ", dim,
-                    " (the head's hidden size), got shape ", hidden.sizes());
+// The weights: format, shape, bias, the tile geometry (no rows yet: set_rows).
+Head check_weights(const at::Tensor& weight, const std::optional<at::Tensor>& bias, int64_t weight_format,
+                   int64_t dim) {
   TORCH_CHECK_VALUE(weight_format == kFormatDense || weight_format == kFormatQ8_0,
                     "weight_format must be 0 (dense rows) or 1 (Q8_0 blocks), got ", weight_format);
   TORCH_CHECK_VALUE(weight.device().is_cpu(), "weight must be on the CPU");
@@ -156,32 +166,74 @@ Head check_head(const at::Tensor& hidden, const at::Tensor& weight, const std::o
                       bias->sizes());
     h.bias = bias->to(at::kFloat).contiguous();
   }
-  h.rows = hidden.size(0);
-  const int64_t padded = (dim + kHeadLanes - 1) / kHeadLanes * kHeadLanes;
-  // The rows as float32, zero past d (exact widening; [R, d] is small).
-  h.hidden = at::zeros({h.rows, padded}, hidden.options().dtype(at::kFloat));
-  h.hidden.narrow(1, 0, dim).copy_(hidden);
   h.block = block_size_for(h.vocab);
   h.tiles = (h.vocab + h.block - 1) / h.block;
   h.tile.weight = static_cast<const uint8_t*>(h.weight.data_ptr());
   h.tile.row_bytes = row_bytes;
   h.tile.format = format;
   h.tile.dim = dim;
-  h.tile.hidden = h.hidden.data_ptr<float>();
-  h.tile.padded_dim = padded;
+  h.tile.padded_dim = (dim + kHeadLanes - 1) / kHeadLanes * kHeadLanes;
   h.tile.bias = h.bias.defined() ? h.bias.data_ptr<float>() : nullptr;
-  if (format == kHeadQ8_0) {
+  return h;
+}
+
+// The rows the head is applied to: the [n_i, d] blocks stacked, as float32
+// zero past d (an exact widening; the rows are few), quantized once for Q8_0.
+void set_rows(Head& h, at::ArrayRef<at::Tensor> blocks, const at::TensorOptions& options) {
+  h.rows = 0;
+  for (const at::Tensor& b : blocks) h.rows += b.size(0);
+  const int64_t dim = h.tile.dim, padded = h.tile.padded_dim;
+  h.hidden = at::zeros({h.rows, padded}, options.dtype(at::kFloat));
+  int64_t at_row = 0;
+  for (const at::Tensor& b : blocks) {
+    if (b.size(0) > 0) h.hidden.narrow(0, at_row, b.size(0)).narrow(1, 0, dim).copy_(b);
+    at_row += b.size(0);
+  }
+  h.tile.hidden = h.hidden.data_ptr<float>();
+  if (h.tile.format == kHeadQ8_0) {
     const int64_t nb = dim / kQ8Block;
-    h.hq = at::empty({h.rows, dim}, hidden.options().dtype(at::kChar));
-    h.hscale = at::empty({h.rows, nb}, hidden.options().dtype(at::kFloat));
-    h.hsum = at::empty({h.rows, nb}, hidden.options().dtype(at::kInt));
+    h.hq = at::empty({h.rows, dim}, options.dtype(at::kChar));
+    h.hscale = at::empty({h.rows, nb}, options.dtype(at::kFloat));
+    h.hsum = at::empty({h.rows, nb}, options.dtype(at::kInt));
     h.tile.hq = h.hq.data_ptr<int8_t>();
     h.tile.hscale = h.hscale.data_ptr<float>();
     h.tile.hsum = h.hsum.data_ptr<int32_t>();
     quantize_rows(h.tile.hidden, h.rows, padded, dim, h.hq.data_ptr<int8_t>(), h.hscale.data_ptr<float>(),
                   h.hsum.data_ptr<int32_t>());
   }
+}
+
+// The single ops' head: hidden [n, d] first, then the weights.
+Head check_head(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                int64_t weight_format, int64_t dim) {
+  check_float_rows("hidden", hidden, 2);
+  TORCH_CHECK_VALUE(dim >= 1 && hidden.size(1) == dim, "hidden must be [n, d] with d = ", dim,
+                    " (the head's hidden size), got shape ", hidden.sizes());
+  Head h = check_weights(weight, bias, weight_format, dim);
+  set_rows(h, {hidden}, hidden.options());
   return h;
+}
+
+// SPEC_VERIFY_HIDDEN_TWO_PASS=1, read per call, for tests only: no kept
+// logits, so every pass recomputes its logits from the weights and a test can
+// compare the two paths' decisions (bit-identical: the same logits).
+bool two_pass_forced() {
+  const char* value = std::getenv("SPEC_VERIFY_HIDDEN_TWO_PASS");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+// A sampled call needs each row's max before its weights, so it passes over
+// the logits twice, plus one tile per draw and a pass per correction: it
+// keeps pass 1's logits of every row whenever they take at most 1/8 of the
+// head's weight bytes, R * V * 4 <= V * row_bytes / 8, i.e. R <= row_bytes /
+// 32 (Gemma 3 270M's Q8_0 head, 680 bytes a row: 21 rows, 22 MB), and the
+// later passes read that scratch instead of the weights: one read of the
+// weights in all. The values are pass 1's, so every decision is unchanged
+// (Note [LM head logits]).
+void keep_logits(Head& h) {
+  if (h.rows >= 1 && h.rows * 32 <= h.tile.row_bytes && !two_pass_forced()) {
+    h.kept.reset(new float[h.rows * h.vocab]);  // not zeroed: scan_pass writes every float before any is read
+  }
 }
 
 // The tile's rows from r0 on, and the kernel of the head's format.
@@ -204,20 +256,40 @@ void run_head(const HeadTile& tile) {
   }
 }
 
-// Logits of rows [r0, r0 + rows) for tile `t` into out (rows x block floats).
-void tile_logits(const Head& h, int64_t t, int64_t r0, int64_t rows, float* out) {
-  if (h.kept_full && r0 == 0 && rows == 1) {  // the one row's logits, kept by scan_pass
-    const int64_t begin = t * h.block, count = std::min(h.vocab, begin + h.block) - begin;
-    std::memcpy(out, h.kept.data() + begin, count * sizeof(float));
-    return;
-  }
+// Logits of rows [r0, r0 + rows) for tile t, computed from the weights into
+// out (row i at out + i * stride).
+void compute_tile(const Head& h, int64_t t, int64_t r0, int64_t rows, float* out, int64_t stride) {
   HeadTile tile = rows_from(h.tile, r0);
   tile.rows = rows;
   tile.begin = t * h.block;
-  tile.end = std::min(h.vocab, tile.begin + h.block);
+  tile.end = tile.begin + h.count(t);
   tile.out = out;
-  tile.out_stride = h.block;
+  tile.out_stride = stride;
   run_head(tile);
+}
+
+// Some rows of one tile's logits: row i at data + i * stride.
+struct TileRows {
+  const float* data;
+  int64_t stride;
+  const float* row(int64_t i) const { return data + i * stride; }
+};
+
+// Logits of rows [r0, r0 + rows) for tile t: read in place from the kept
+// logits once scan_pass has written them, else computed from the weights
+// into buf (rows x block floats).
+TileRows tile_logits(const Head& h, int64_t t, int64_t r0, int64_t rows, float* buf) {
+  if (h.kept_full) {
+    const int64_t count = h.count(t);
+    return {h.kept.get() + t * h.rows * h.block + r0 * count, count};
+  }
+  compute_tile(h, t, r0, rows, buf, h.block);
+  return {buf, h.block};
+}
+
+// "[r, x]", or "[b, i, x]" for the batched op's row i of sequence b (col < 0: no column).
+std::string row_where(const Head& h, int64_t r, int64_t col = -1) {
+  return h.seq.empty() ? where(-1, r, col) : where(h.seq[r], h.pos[r], col);
 }
 
 // ----------------------------------------------------------------------------
@@ -234,8 +306,12 @@ struct Scan {
   std::vector<float> max;
   std::vector<int64_t> arg;
   std::vector<uint8_t> nan, pinf;
+
+  // A row the sampled decisions refuse (check_warped_row names why).
+  bool refused(int64_t r) const { return nan[r] || pinf[r] || !(max[r] > -kInf); }
 };
 
+// tokens[r]: the id whose logit row r keeps (r < tokens.size(); -1: none).
 Scan scan_pass(Head& h, const std::vector<int64_t>& tokens) {
   const int64_t R = h.rows, T = h.tiles;
   Scan s;
@@ -245,13 +321,15 @@ Scan scan_pass(Head& h, const std::vector<int64_t>& tokens) {
   s.tile_pinf.resize(R * T);
   s.token_logit.assign(R, 0.f);
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> buf(R * h.block);
+    std::vector<float> buf(h.kept ? 0 : R * h.block);
     for (int64_t t = t0; t < t1; ++t) {
-      tile_logits(h, t, 0, R, buf.data());
-      const int64_t begin = t * h.block, count = std::min(h.vocab, begin + h.block) - begin;
-      if (!h.kept.empty()) std::memcpy(h.kept.data() + begin, buf.data(), count * sizeof(float));
+      const int64_t begin = t * h.block, count = h.count(t);
+      // Keeping: the logits go straight into tile t's slab of the scratch.
+      float* out = h.kept ? h.kept.get() + t * R * h.block : buf.data();
+      const int64_t stride = h.kept ? count : h.block;
+      compute_tile(h, t, 0, R, out, stride);
       for (int64_t r = 0; r < R; ++r) {
-        const float* x = buf.data() + r * h.block;
+        const float* x = out + r * stride;
         float best = x[0];
         int64_t arg = 0;
         bool nan = false, pinf = false;
@@ -270,7 +348,7 @@ Scan scan_pass(Head& h, const std::vector<int64_t>& tokens) {
       }
     }
   });
-  h.kept_full = !h.kept.empty();
+  h.kept_full = h.kept != nullptr;
   s.max.assign(R, -kInf);
   s.arg.assign(R, -1);
   s.nan.assign(R, 0);
@@ -292,10 +370,9 @@ int64_t first_bad(const Head& h, const Scan& s, int64_t r, bool pinf) {
   for (int64_t t = 0; t < h.tiles; ++t) {
     const int64_t slot = r * h.tiles + t;
     if (!(s.tile_nan[slot] || (pinf && s.tile_pinf[slot]))) continue;
-    tile_logits(h, t, r, 1, buf.data());
-    const int64_t begin = t * h.block, count = std::min(h.vocab, begin + h.block) - begin;
-    for (int64_t j = 0; j < count; ++j) {
-      if (std::isnan(buf[j]) || (pinf && buf[j] == kInf)) return begin + j;
+    const float* x = tile_logits(h, t, r, 1, buf.data()).data;
+    for (int64_t j = 0; j < h.count(t); ++j) {
+      if (std::isnan(x[j]) || (pinf && x[j] == kInf)) return t * h.block + j;
     }
   }
   return -1;
@@ -304,7 +381,7 @@ int64_t first_bad(const Head& h, const Scan& s, int64_t r, bool pinf) {
 // Greedy reads a row: NaN refused (as checked_argmax).
 int64_t row_argmax(const Head& h, const Scan& s, int64_t r) {
   if (s.nan[r]) {
-    TORCH_CHECK_VALUE(false, "logits[", r, ", ", first_bad(h, s, r, false), "] is NaN: argmax is undefined");
+    TORCH_CHECK_VALUE(false, "logits", row_where(h, r, first_bad(h, s, r, false)), " is NaN: argmax is undefined");
   }
   return s.arg[r];
 }
@@ -314,16 +391,15 @@ void check_warped_row(const Head& h, const Scan& s, int64_t r) {
   if (s.nan[r] || s.pinf[r]) {
     const int64_t col = first_bad(h, s, r, true);
     std::vector<float> buf(h.block);
-    tile_logits(h, col / h.block, r, 1, buf.data());
-    TORCH_CHECK_VALUE(false, "logits[", r, ", ", col, "] is ", buf[col % h.block],
-                      ": logits must be finite or -inf");
+    const float value = tile_logits(h, col / h.block, r, 1, buf.data()).data[col % h.block];
+    TORCH_CHECK_VALUE(false, "logits", row_where(h, r, col), " is ", value, ": logits must be finite or -inf");
   }
-  TORCH_CHECK_VALUE(s.max[r] > -kInf, "logits[", r,
-                    "] is -inf everywhere: a warped row needs at least one finite logit");
+  TORCH_CHECK_VALUE(s.max[r] > -kInf, "logits", row_where(h, r),
+                    " is -inf everywhere: a warped row needs at least one finite logit");
 }
 
 // ----------------------------------------------------------------------------
-// Pass 2: the warped weights' float64 tile sums of rows [0, rows)
+// Pass 2: the warped weights' float64 tile sums of the rows that need them
 // ----------------------------------------------------------------------------
 
 struct Masses {
@@ -331,28 +407,45 @@ struct Masses {
   std::vector<double> mass;      // [rows], summed in tile order
 };
 
-Masses mass_pass(const Head& h, const Scan& s, const Warp& warp, int64_t rows) {
-  const int64_t T = h.tiles;
+// The masses of the rows marked in `need` (need[r] != 0): per tile, one head
+// call per run of consecutive marked rows (or their kept logits).
+Masses mass_pass(const Head& h, const Scan& s, const Warp& warp, const std::vector<uint8_t>& need) {
+  const int64_t R = h.rows, T = h.tiles;
   Masses m;
-  m.tile_sum.assign(rows * T, 0.0);
-  m.mass.assign(rows, 0.0);
-  if (rows == 0) return m;
+  m.tile_sum.assign(R * T, 0.0);
+  m.mass.assign(R, 0.0);
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [first, end) of each run
+  int64_t widest = 0;
+  for (int64_t r = 0; r < R;) {
+    if (!need[r]) {
+      ++r;
+      continue;
+    }
+    int64_t end = r;
+    while (end < R && need[end]) ++end;
+    runs.emplace_back(r, end);
+    widest = std::max(widest, end - r);
+    r = end;
+  }
+  if (runs.empty()) return m;
   const RowOps<float>& ops = row_ops<float>();
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> buf(rows * h.block), w(h.block);
+    std::vector<float> buf(h.kept_full ? 0 : widest * h.block), w(h.block);
     for (int64_t t = t0; t < t1; ++t) {
-      tile_logits(h, t, 0, rows, buf.data());
-      const int64_t count = std::min(h.vocab, (t + 1) * h.block) - t * h.block;
-      for (int64_t r = 0; r < rows; ++r) {
-        // A row that is not finite is refused before its sums are read.
-        if (s.nan[r] || s.pinf[r] || !(s.max[r] > -kInf)) continue;
-        ops.weights(buf.data() + r * h.block, count, s.max[r], warp.scale, -kInf, warp.min_weight, w.data(),
-                    h.block, &m.tile_sum[r * T + t]);
+      const int64_t count = h.count(t);
+      for (const auto& [first, end] : runs) {
+        const TileRows x = tile_logits(h, t, first, end - first, buf.data());
+        for (int64_t r = first; r < end; ++r) {
+          // A row that is not finite is refused before its sums are read.
+          if (s.refused(r)) continue;
+          ops.weights(x.row(r - first), count, s.max[r], warp.scale, -kInf, warp.min_weight, w.data(), h.block,
+                      &m.tile_sum[r * T + t]);
+        }
       }
     }
   });
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t t = 0; t < T; ++t) m.mass[r] += m.tile_sum[r * T + t];
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t t = 0; need[r] && t < T; ++t) m.mass[r] += m.tile_sum[r * T + t];
   }
   return m;
 }
@@ -366,11 +459,10 @@ class RowWeights {
   // The weights of tile t (cached: the walk stays in one tile, the fallback moves down).
   const float* tile(int64_t t) {
     if (t != cached_) {
-      tile_logits(h_, t, r_, 1, logits_.data());
-      const int64_t count = std::min(h_.vocab, (t + 1) * h_.block) - t * h_.block;
+      const float* x = tile_logits(h_, t, r_, 1, logits_.data()).data;
       double unused;
-      row_ops<float>().weights(logits_.data(), count, s_.max[r_], warp_.scale, -kInf, warp_.min_weight,
-                               w_.data(), h_.block, &unused);
+      row_ops<float>().weights(x, h_.count(t), s_.max[r_], warp_.scale, -kInf, warp_.min_weight, w_.data(),
+                               h_.block, &unused);
       cached_ = t;
     }
     return w_.data();
@@ -393,39 +485,139 @@ int64_t draw_row(const Head& h, const Scan& s, const Warp& warp, const Masses& m
                      [&](int64_t x) { return weights.at(x); });
 }
 
+// A rejected draft token: row `row`'s correction, drawn with u into *out.
+struct Correction {
+  int64_t row, token;
+  double u;
+  int64_t* out;
+};
+
 // After rejecting draft token `token` at row r: a draw from the point-mass
 // residual max(0, p(x) * 1 - [x == token] * P), the one-hot draft of
-// verify_sampled_ragged without draft_probs. Its third pass, over row r
-// only, sums the residual per tile with the same `residual` kernel. P enters
-// only at x = token, where any P >= p(token) clamps the weight to 0 (and
-// p(token) <= 1 <= P): so P = 1 is passed, and every other weight is p(x).
-int64_t draw_correction(const Head& h, const Scan& s, const Warp& warp, int64_t r, int64_t token, double u) {
-  const int64_t T = h.tiles;
-  std::vector<double> res_sum(T), w_sum(T);
+// verify_sampled_ragged without draft_probs. One more pass, over the rows of
+// every correction of the call at once, sums each residual per tile with the
+// same `residual` kernel. P enters only at x = token, where any P >= p(token)
+// clamps the weight to 0 (and p(token) <= 1 <= P): so P = 1 is passed, and
+// every other weight is p(x).
+void draw_corrections(const Head& h, const Scan& s, const Warp& warp, const std::vector<Correction>& cs) {
+  if (cs.empty()) return;
+  const int64_t T = h.tiles, n = static_cast<int64_t>(cs.size());
+  std::vector<double> res_sum(n * T), w_sum(n * T);
   const RowOps<float>& ops = row_ops<float>();
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> logits(h.block), w(h.block), one_hot(h.block, 0.f);
     for (int64_t t = t0; t < t1; ++t) {
-      tile_logits(h, t, r, 1, logits.data());
-      const int64_t begin = t * h.block, count = std::min(h.vocab, begin + h.block) - begin;
-      ops.weights(logits.data(), count, s.max[r], warp.scale, -kInf, warp.min_weight, w.data(), h.block,
-                  &w_sum[t]);
-      const bool here = token >= begin && token < begin + count;
-      if (here) one_hot[token - begin] = 1.f;
-      ops.residual(w.data(), one_hot.data(), count, 1.0, 1.0, h.block, &res_sum[t]);
-      if (here) one_hot[token - begin] = 0.f;
+      const int64_t begin = t * h.block, count = h.count(t);
+      for (int64_t c = 0; c < n; ++c) {
+        const Correction& cor = cs[c];
+        const float* x = tile_logits(h, t, cor.row, 1, logits.data()).data;
+        ops.weights(x, count, s.max[cor.row], warp.scale, -kInf, warp.min_weight, w.data(), h.block,
+                    &w_sum[c * T + t]);
+        const bool here = cor.token >= begin && cor.token < begin + count;
+        if (here) one_hot[cor.token - begin] = 1.f;
+        ops.residual(w.data(), one_hot.data(), count, 1.0, 1.0, h.block, &res_sum[c * T + t]);
+        if (here) one_hot[cor.token - begin] = 0.f;
+      }
     }
   });
-  double res_total = 0.0, mass = 0.0;
-  for (int64_t t = 0; t < T; ++t) res_total += res_sum[t], mass += w_sum[t];
-  RowWeights weights(h, s, warp, r);
-  if (res_total > 0.0) {
-    return inverse_cdf(res_sum.data(), res_total, u, h.vocab, h.block, [&](int64_t x) {
-      return residual(weights.at(x), x == token ? 1.0 : 0.0, 1.0, 1.0);
-    });
+  for (int64_t c = 0; c < n; ++c) {
+    const Correction& cor = cs[c];
+    const double* res = res_sum.data() + c * T;
+    const double* ws = w_sum.data() + c * T;
+    double res_total = 0.0, mass = 0.0;
+    for (int64_t t = 0; t < T; ++t) res_total += res[t], mass += ws[t];
+    RowWeights weights(h, s, warp, cor.row);
+    if (res_total > 0.0) {
+      *cor.out = inverse_cdf(res, res_total, cor.u, h.vocab, h.block, [&](int64_t x) {
+        return residual(weights.at(x), x == cor.token ? 1.0 : 0.0, 1.0, 1.0);
+      });
+    } else {
+      // Fallback: the residual rounded to zero everywhere: p itself is its law.
+      *cor.out = inverse_cdf(ws, mass, cor.u, h.vocab, h.block, [&](int64_t x) { return weights.at(x); });
+    }
   }
-  // Fallback: the residual rounded to zero everywhere: p itself is its law.
-  return inverse_cdf(w_sum.data(), mass, u, h.vocab, h.block, [&](int64_t x) { return weights.at(x); });
+}
+
+// ----------------------------------------------------------------------------
+// The decisions, per sequence
+// ----------------------------------------------------------------------------
+
+// One sequence among the head's flat rows: rows row0 .. row0 + k, its draft
+// tokens tokens[row0 .. row0 + k), its uniforms u[0 .. k].
+struct Sequence {
+  int64_t row0, k;
+  const double* u;
+};
+
+// verify_greedy's rule: accept while the draft token is the row's argmax.
+Outcome greedy_outcome(const Head& h, const Scan& s, const Sequence& q, const std::vector<int64_t>& tokens) {
+  for (int64_t i = 0; i < q.k; ++i) {
+    const int64_t best = row_argmax(h, s, q.row0 + i);
+    if (tokens[q.row0 + i] != best) return {i, best};
+  }
+  return {q.k, row_argmax(h, s, q.row0 + q.k)};
+}
+
+// p(t_i) from its logit, and the rows whose tests need their mass: a row
+// whose test needs no mass (u_i >= p(t_i) rejects whatever P is, P >= 1 the
+// top token's weight) or that is refused ends them. Returns that row's
+// position `sure` (k: every test, and the bonus row's mass for its draw).
+int64_t sure_tests(const Scan& s, const Warp& warp, const Sequence& q, float* p_t) {
+  for (int64_t i = 0; i < q.k; ++i) {
+    const int64_t r = q.row0 + i;
+    if (s.refused(r)) return i;
+    kernels().weights_of(&s.token_logit[r], 1, s.max[r], warp.scale, &p_t[i]);
+    if (!(q.u[i] < static_cast<double>(p_t[i]))) return i;
+  }
+  return q.k;
+}
+
+// The position of the first rejection (k: every draft token accepted); a
+// refused row raises here, in row order, as verify_logits reads rows.
+int64_t first_rejection(const Head& h, const Scan& s, const Masses& m, const Sequence& q, const float* p_t,
+                        int64_t sure) {
+  for (int64_t i = 0; i < q.k; ++i) {
+    const int64_t r = q.row0 + i;
+    check_warped_row(h, s, r);
+    // verify_sampled's accept rule with the point mass: q(t) = Q = 1.
+    const Weighed w{static_cast<double>(p_t[i]), 1.0, i < sure ? m.mass[r] : 1.0, 1.0};
+    if (i < sure && accepts(q.u[i], w)) continue;
+    return i;
+  }
+  check_warped_row(h, s, q.row0 + q.k);
+  return q.k;
+}
+
+// Sampled decisions for every sequence of the call: the masses the tests
+// need in one pass (pass 2), then per sequence in order its tests and bonus
+// draw, then every correction in one more pass.
+std::vector<Outcome> sampled_outcomes(const Head& h, const Scan& s, const Warp& warp,
+                                      const std::vector<Sequence>& qs, const std::vector<int64_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(qs.size());
+  std::vector<std::vector<float>> p_t(n);
+  std::vector<int64_t> sure(n);
+  std::vector<uint8_t> need(h.rows, 0);
+  for (int64_t b = 0; b < n; ++b) {
+    p_t[b].assign(qs[b].k, 0.f);
+    sure[b] = sure_tests(s, warp, qs[b], p_t[b].data());
+    const int64_t marked = sure[b] == qs[b].k ? qs[b].k + 1 : sure[b];
+    std::fill_n(need.begin() + qs[b].row0, marked, uint8_t{1});
+  }
+  const Masses m = mass_pass(h, s, warp, need);
+  std::vector<Outcome> out(n);
+  std::vector<Correction> corrections;
+  for (int64_t b = 0; b < n; ++b) {
+    const Sequence& q = qs[b];
+    const int64_t i = first_rejection(h, s, m, q, p_t[b].data(), sure[b]);
+    out[b] = {i, -1};
+    if (i < q.k) {
+      corrections.push_back({q.row0 + i, tokens[q.row0 + i], q.u[q.k], &out[b].next_token});
+    } else {
+      out[b].next_token = draw_row(h, s, warp, m, q.row0 + q.k, q.u[q.k]);
+    }
+  }
+  draw_corrections(h, s, warp, corrections);
+  return out;
 }
 
 std::vector<int64_t> read_tokens(const at::Tensor& draft_tokens, int64_t vocab) {
@@ -452,15 +644,7 @@ at::Tensor hidden_logits(const at::Tensor& hidden, const at::Tensor& weight, con
   if (h.rows == 0) return out;
   float* o = out.data_ptr<float>();
   at::parallel_for(0, h.tiles, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      HeadTile tile = h.tile;
-      tile.rows = h.rows;
-      tile.begin = t * h.block;
-      tile.end = std::min(h.vocab, tile.begin + h.block);
-      tile.out = o + tile.begin;
-      tile.out_stride = h.vocab;
-      run_head(tile);
-    }
+    for (int64_t t = t0; t < t1; ++t) compute_tile(h, t, 0, h.rows, o + t * h.block, h.vocab);
   });
   return out;
 }
@@ -478,48 +662,72 @@ at::Tensor verify_hidden(const at::Tensor& hidden, const at::Tensor& weight, con
   std::vector<double> u(K + 1);
   const int64_t shape[1] = {K + 1};
   take_uniforms(uniforms, generator, !warp.greedy, shape, u.data());
-  if (!warp.greedy) keep_one_row(h);
+  if (!warp.greedy) keep_logits(h);
   const Scan s = scan_pass(h, tokens);
-  Outcome o{K, -1};
-  if (warp.greedy) {
-    o.next_token = -1;
-    for (int64_t i = 0; i < K && o.next_token < 0; ++i) {
-      const int64_t best = row_argmax(h, s, i);
-      if (tokens[i] != best) o = {i, best};
-    }
-    if (o.next_token < 0) o.next_token = row_argmax(h, s, K);
-  } else {
-    // p(t_i) from its logit; a row whose test needs no mass: u_i >= p(t_i)
-    // rejects whatever P is (P >= 1, the top token's weight), so the mass
-    // pass stops short of the first such row (or of a row that is refused).
-    std::vector<float> p_t(K, 0.f);
-    int64_t sure = K;
-    for (int64_t i = 0; i < K && sure == K; ++i) {
-      if (s.nan[i] || s.pinf[i] || !(s.max[i] > -kInf)) {
-        sure = i;
-        break;
-      }
-      kernels().weights_of(&s.token_logit[i], 1, s.max[i], warp.scale, &p_t[i]);
-      if (!(u[i] < static_cast<double>(p_t[i]))) sure = i;
-    }
-    const Masses m = mass_pass(h, s, warp, sure == K ? K + 1 : sure);
-    o.next_token = -1;
-    for (int64_t i = 0; i < K && o.next_token < 0; ++i) {
-      check_warped_row(h, s, i);
-      // verify_sampled's accept rule with the point mass: q(t) = Q = 1.
-      const Weighed w{static_cast<double>(p_t[i]), 1.0, i < sure ? m.mass[i] : 1.0, 1.0};
-      if (i < sure && accepts(u[i], w)) continue;
-      o = {i, draw_correction(h, s, warp, i, tokens[i], u[K])};
-    }
-    if (o.next_token < 0) {
-      check_warped_row(h, s, K);
-      o.next_token = draw_row(h, s, warp, m, K, u[K]);
-    }
-  }
+  const Sequence q{0, K, u.data()};
+  const Outcome o = warp.greedy ? greedy_outcome(h, s, q, tokens) : sampled_outcomes(h, s, warp, {q}, tokens)[0];
   at::Tensor out = at::empty({2}, draft_tokens.options().dtype(at::kLong));
   out.data_ptr<int64_t>()[0] = o.n_accepted;
   out.data_ptr<int64_t>()[1] = o.next_token;
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> verify_hidden_batched(
+    const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    const at::Tensor& draft_tokens, const std::optional<at::Tensor>& num_draft_tokens, int64_t weight_format,
+    int64_t dim, double temperature, const std::optional<at::Tensor>& uniforms,
+    std::optional<at::Generator> generator) {
+  const Warp warp = temperature_warp(temperature);
+  check_float_rows("hidden", hidden, 3);
+  check_tokens("draft_tokens", draft_tokens, 2);
+  const int64_t B = draft_tokens.size(0), K = draft_tokens.size(1);
+  TORCH_CHECK_VALUE(dim >= 1 && hidden.size(0) == B && hidden.size(1) == K + 1 && hidden.size(2) == dim,
+                    "hidden must be [B, K+1, d] = [", B, ", ", K + 1, ", ", dim,
+                    "] for draft_tokens [B, K] and the head's d, got shape ", hidden.sizes());
+  Head h = check_weights(weight, bias, weight_format, dim);
+  // The counts and each sequence's first k_b ids, checked before anything B-sized is allocated.
+  const std::vector<int64_t> counts = draft_counts(num_draft_tokens, draft_tokens, Dims{B, K, h.vocab});
+  std::vector<double> u(B * (K + 1));
+  const int64_t shape[2] = {B, K + 1};
+  take_uniforms(uniforms, generator, !warp.greedy, shape, u.data(),
+                "B rows of one per draft token plus one for the final draw");
+  at::Tensor accepted = at::empty({B}, draft_tokens.options().dtype(at::kLong));
+  at::Tensor next = at::empty({B}, draft_tokens.options().dtype(at::kLong));
+  if (B == 0) return {accepted, next};
+  // The flat rows: rows 0 .. k_b of each sequence (the padding rows are never read).
+  std::vector<at::Tensor> blocks;
+  std::vector<Sequence> qs;
+  int64_t rows = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    blocks.push_back(hidden[b].narrow(0, 0, counts[b] + 1));
+    qs.push_back({rows, counts[b], u.data() + b * (K + 1)});
+    rows += counts[b] + 1;
+  }
+  set_rows(h, blocks, hidden.options());
+  std::vector<int64_t> tokens(rows, -1);  // -1 at each bonus row: no draft token
+  h.seq.resize(rows);
+  h.pos.resize(rows);
+  const IntView ids(draft_tokens);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i <= counts[b]; ++i) {
+      const int64_t r = qs[b].row0 + i;
+      h.seq[r] = b, h.pos[r] = i;
+      if (i < counts[b]) tokens[r] = ids.at(b, i);
+    }
+  }
+  // One pass over the weights for every row of the batch (the kept logits within the budget, counting all rows).
+  if (!warp.greedy) keep_logits(h);
+  const Scan s = scan_pass(h, tokens);
+  std::vector<Outcome> o;
+  if (warp.greedy) {
+    for (const Sequence& q : qs) o.push_back(greedy_outcome(h, s, q, tokens));
+  } else {
+    o = sampled_outcomes(h, s, warp, qs, tokens);
+  }
+  int64_t* a = accepted.data_ptr<int64_t>();
+  int64_t* x = next.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) a[b] = o[b].n_accepted, x[b] = o[b].next_token;
+  return {accepted, next};
 }
 
 at::Tensor sample_hidden(const at::Tensor& hidden, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -533,7 +741,7 @@ at::Tensor sample_hidden(const at::Tensor& hidden, const at::Tensor& weight, con
   take_uniforms(uniforms, generator, !warp.greedy && n > 0, shape, u.data(), "one per row of hidden");
   at::Tensor out = at::empty({n}, hidden.options().dtype(at::kLong));
   if (n == 0) return out;
-  if (!warp.greedy) keep_one_row(h);
+  if (!warp.greedy) keep_logits(h);
   const Scan s = scan_pass(h, {});
   int64_t* tokens = out.data_ptr<int64_t>();
   if (warp.greedy) {
@@ -541,7 +749,7 @@ at::Tensor sample_hidden(const at::Tensor& hidden, const at::Tensor& weight, con
     return out;
   }
   for (int64_t j = 0; j < n; ++j) check_warped_row(h, s, j);
-  const Masses m = mass_pass(h, s, warp, n);
+  const Masses m = mass_pass(h, s, warp, std::vector<uint8_t>(n, 1));
   for (int64_t j = 0; j < n; ++j) tokens[j] = draw_row(h, s, warp, m, j, u[j]);
   return out;
 }

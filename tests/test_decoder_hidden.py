@@ -160,6 +160,52 @@ def test_batched_with_head_is_the_batched_logits_decoders_run(sv):
     assert runs[0] != runs[1]
 
 
+@pytest.mark.parametrize("draft_kind", ["point-mass", "logits"])
+def test_batched_sampled_head_rounds_are_per_sequence_verify_hidden(sv, draft_kind):
+    """Every sampled head round of the batched decoder (one verify_hidden_batched call) equals
+    verify_hidden on each sequence's own rows with its uniforms u[b, :k_b+1] (the round's draws,
+    captured where the decoder's randomness enters)."""
+    head = make_head(sv, "bf16", seed=4)
+    ref = lm_head_module(sv).reference_logits
+    warping = sv.LogitsWarping(temperature=0.8)
+
+    def draft(prefixes, k, rows, gen=torch.Generator().manual_seed(6)):
+        got = [guess_draft(p, k)[0] for p in prefixes]
+        m = max(len(g) for g in got)
+        tokens = torch.zeros(len(got), m, dtype=torch.int64)
+        logits = ref(head, torch.randn(len(got) * m, D, generator=gen)).reshape(len(got), m, V)
+        for b, g in enumerate(got):
+            tokens[b, : len(g)] = g
+            if draft_kind == "logits" and len(g):
+                tokens[b, : len(g)] = sv.sample_draft(logits[b, : len(g)], generator=gen, **warping.kwargs())
+        return tokens, logits if draft_kind == "logits" else None, torch.tensor([len(g) for g in got])
+
+    dec = sv.BatchedSpeculativeDecoder(draft, batched(hidden_target), k=4, greedy=False, warping=warping,
+                                       generator=torch.Generator().manual_seed(8), head=head)
+    drawn, rounds, outcomes = [], [0], set()
+    uniforms, verify_round = dec._uniforms, dec._verify_hidden_round
+
+    def record(shape):
+        drawn.append(uniforms(shape))
+        return drawn[-1]
+
+    def checked(hidden, draft_tokens, draft_rows, budgets):
+        got = verify_round(hidden, draft_tokens, draft_rows, budgets)
+        u = drawn[-1]
+        want = [sv.verify_hidden(hidden[b, : k + 1], head, draft_tokens[b, :k],
+                                 None if draft_rows is None else draft_rows[b, :k], uniforms=u[b, : k + 1],
+                                 **warping.kwargs()) for b, k in enumerate(budgets)]
+        assert list(zip(*got)) == want
+        rounds[0] += 1
+        outcomes.update((a < k, k) for a, k in zip(got[0], budgets))
+        return got
+
+    dec._uniforms, dec._verify_hidden_round = record, checked
+    dec.generate([torch.tensor([1]), torch.tensor([5, 6, 7]), torch.tensor([9, 9]), torch.tensor([4])], max_new=20)
+    assert rounds[0] >= 5 and {True, False} <= {r for r, _ in outcomes}  # rounds with rejections and full accepts
+    assert 0 in {k for _, k in outcomes} and max(k for _, k in outcomes) >= 2  # ragged budgets, 0 among them
+
+
 def test_head_is_read_from_the_target_callbacks_object(sv):
     head = make_head(sv, "f32")
 

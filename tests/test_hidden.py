@@ -419,7 +419,7 @@ def test_sample_hidden_equals_sample_draft_on_the_logits(sv):
 
 
 def test_one_row_sampled_keeps_its_logits_and_decides_the_same(sv):
-    """A sampled call over one row keeps its logits between passes (csrc/ops_hidden.cpp, keep_one_row):
+    """A sampled call over one row keeps its logits between passes (csrc/ops_hidden.cpp, keep_logits):
     the same draws as sample_draft on the reference logits, row by row, over many uniforms; its errors
     still name the position."""
     lm = mod(sv, "lm_head")
@@ -443,6 +443,77 @@ def test_one_row_sampled_keeps_its_logits_and_decides_the_same(sv):
     with pytest.raises(ValueError, match=r"logits\[0, "):
         sv.sample_hidden(bad, heads(sv, 1300, 64, gen)[0], temperature=0.8, uniforms=torch.tensor([0.5],
                                                                                               dtype=torch.float64))
+
+
+# The kept logits (csrc/ops_hidden.cpp, keep_logits): a sampled call keeps pass 1's logits of every
+# row when R * V * 4 <= the weight bytes / 8, i.e. R <= row_bytes / 32. These heads put R on both
+# sides: f32 d = 64 (256 bytes a row: 8 rows), bf16 d = 64 (4 rows), Q8_0 d = 640 (680 bytes: 21 rows).
+KEEP_CASES = [("f32", 4), ("f32", 7), ("f32", 8), ("bf16", 4), ("bf16", 6), ("q8", 9), ("q8", 21)]
+
+
+def budget_head(sv, fmt, gen, vocab=1100):
+    dim = 640 if fmt == "q8" else 64
+    w = torch.randn(vocab, dim, generator=gen) * (0.05 if fmt == "q8" else 0.2)
+    if fmt == "q8":
+        return sv.LMHead.q8_0(q8_0_blocks(w), dim)
+    return sv.LMHead(w.to(torch.bfloat16 if fmt == "bf16" else torch.float32))
+
+
+def reaching_uniforms(k, gen):
+    """[k+1] uniforms per target position j in 0..k: u_i = 0 for i < j (a draft token of positive
+    probability is accepted), u_j just below 1 (rejected unless p(t) is ~1), then random ones."""
+    out = []
+    for j in range(k + 1):
+        u = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+        u[:j] = 0.0
+        if j < k:
+            u[j] = 1 - 1e-9
+        out.append(u)
+    return out + [torch.rand(k + 1, dtype=torch.float64, generator=gen) for _ in range(4)]
+
+
+@pytest.mark.parametrize("fmt,k", KEEP_CASES, ids=[f"{f}-K{k}" for f, k in KEEP_CASES])
+def test_kept_logits_decide_as_two_passes_and_the_reference(sv, monkeypatch, fmt, k):
+    """Within the budget (f32 K = 4, Q8_0 K = 9), at it (f32 K = 7: 8 rows), one row over it (f32 K = 8,
+    bf16 K = 4, Q8_0 K = 21) and further (bf16 K = 6): the one-pass op's decisions equal the forced two-pass path's (SPEC_VERIFY_HIDDEN_TWO_PASS=1) and
+    the pure-torch reference's, for the same uniforms, over rejections at every position (the
+    correction from the last draft row among them) and bonus draws."""
+    lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
+    gen = torch.Generator().manual_seed(100 + k + len(fmt))
+    head = budget_head(sv, fmt, gen)
+    seen = set()
+    for trial in range(3):
+        h = torch.randn(k + 1, head.dim, generator=gen) * (2 + 2 * trial)
+        best = lm.reference_logits(head, h)[:k].argmax(-1)
+        toks = torch.where(torch.rand(k, generator=gen) < 0.8, best, torch.randint(0, head.vocab, (k,), generator=gen))
+        for u in reaching_uniforms(k, gen):
+            want = hr.verify_hidden(h, head, toks, temperature=0.8, uniforms=u)
+            assert sv.verify_hidden(h, head, toks, temperature=0.8, uniforms=u) == want, (trial, u)
+            with monkeypatch.context() as m:
+                m.setenv("SPEC_VERIFY_HIDDEN_TWO_PASS", "1")
+                assert sv.verify_hidden(h, head, toks, temperature=0.8, uniforms=u) == want, (trial, u)
+            seen.add(want[0])
+        # sample_hidden over the same rows: sample_draft's draws on the reference logits.
+        u = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+        want = sv.sample_draft(lm.reference_logits(head, h), temperature=0.8, uniforms=u)
+        assert torch.equal(sv.sample_hidden(h, head, temperature=0.8, uniforms=u), want)
+    assert {0, k - 1, k} <= seen  # corrections at the first and the last draft row, and bonus draws
+
+
+def test_kept_logits_refuse_bad_rows_by_name(sv):
+    """The kept path's errors name the row and the id, as the two-pass path's (rows read in place)."""
+    gen = torch.Generator().manual_seed(31)
+    head = budget_head(sv, "f32", gen)
+    h = torch.randn(5, 64, generator=gen)
+    toks = mod(sv, "lm_head").reference_logits(head, h)[:4].argmax(-1)
+    w = head.weight.clone()
+    w[1034] = float("inf")  # +-inf logits at id 1034 in every row
+    bad = sv.LMHead(w)
+    u = torch.zeros(5, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"logits\[0, 1034\] is -?(inf|nan): logits must be finite or -inf"):
+        sv.verify_hidden(h, bad, toks, temperature=0.8, uniforms=u)
+    with pytest.raises(ValueError, match=r"logits\[0, 1034\] is -?(inf|nan): logits must be finite or -inf"):
+        sv.sample_hidden(h, bad, temperature=0.8, uniforms=u)
 
 
 def test_decisions_do_not_depend_on_threads(sv):

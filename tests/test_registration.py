@@ -167,6 +167,11 @@ def _hidden_cases():
         "verify_hidden": [(h, w, b, tokens, 0, 40, 1.0, u, None), (h, w.bfloat16(), None, tokens.int(), 0, 40, 0.0,
                                                                  None, None), (h64, q8, None, tokens, 1, 64, 0.7, u, None)],
         "sample_hidden": [(h, w, None, 0, 40, 0.8, u, None), (h64, q8, b, 1, 64, 0.0, None, None)],
+        "verify_hidden_batched": [
+            (h.reshape(1, 5, 40).repeat(2, 1, 1), w, b, tokens.repeat(2, 1), torch.tensor([4, 1]), 0, 40, 0.9,
+             u.repeat(2, 1), None),
+            (h64.reshape(1, 5, 64).repeat(3, 1, 1), q8, None, tokens.int().repeat(3, 1), None, 1, 64, 0.0, None, None),
+        ],
     }
 
 
@@ -180,7 +185,7 @@ NO_TENSOR_OPS = {"build_info": ("test_schema", "test_autograd_registration", "te
 TENSOR_OPS = ["verify_greedy", "verify_sampled", "verify_greedy_batched", "verify_sampled_batched",
               "verify_block", "verify_block_batched", "verify_greedy_ragged", "verify_sampled_ragged",
               "verify_logits", "verify_logits_batched", "verify_logits_ragged", "sample_draft", "warp_probs",
-              "hidden_logits", "verify_hidden", "sample_hidden"]
+              "hidden_logits", "verify_hidden", "verify_hidden_batched", "sample_hidden"]
 EVERY_OP = TENSOR_OPS + sorted(INT_OPS) + sorted(NO_TENSOR_OPS)
 
 

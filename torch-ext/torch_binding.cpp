@@ -91,6 +91,11 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def(
       "verify_hidden(Tensor hidden, Tensor weight, Tensor? bias, Tensor draft_tokens, int weight_format, "
       "int dim, float temperature=1.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
+  // B sequences of ragged k_b (the batched logits ops' layout), one pass over the weights for all.
+  m.def(
+      "verify_hidden_batched(Tensor hidden, Tensor weight, Tensor? bias, Tensor draft_tokens, "
+      "Tensor? num_draft_tokens, int weight_format, int dim, float temperature=1.0, Tensor? uniforms=None, "
+      "Generator? generator=None) -> (Tensor, Tensor)");
   m.def(
       "sample_hidden(Tensor hidden, Tensor weight, Tensor? bias, int weight_format, int dim, "
       "float temperature=1.0, Tensor? uniforms=None, Generator? generator=None) -> Tensor");
@@ -116,6 +121,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("warp_probs", &spec_verify::warp_probs);
   m.impl("hidden_logits", &spec_verify::hidden_logits);
   m.impl("verify_hidden", &spec_verify::verify_hidden);
+  m.impl("verify_hidden_batched", &spec_verify::verify_hidden_batched);
   m.impl("sample_hidden", &spec_verify::sample_hidden);
 }
 

@@ -21,7 +21,7 @@ This file is the package's face: it re-exports, nothing else. Where things live:
 * ``hf_hidden.py``  ``HiddenStatesLM``: a Hugging Face model without its head (``hidden=True`` adapters)
 * ``prompt_lookup.py``  ``PromptLookupDraft``, a draft read from the prefix; ``cost_model.py`` ``k="auto"``
 * ``lm_head.py``    ``LMHead`` (weights, ``from_gguf``) and its logits function; ``gguf.py`` the reader
-* ``hidden.py``     hidden states in: ``verify_hidden``, ``sample_hidden``; ``hidden_reference.py`` their reference
+* ``hidden.py``     hidden states in: ``verify_hidden`` (batched), ``sample_hidden``; ``hidden_reference.py`` their reference
 * ``_fake.py``      fake implementations (torch.compile); ``_ops.py`` the build's op namespace
 
 CPU tensors run the vectorized C++ kernel (``ops``); tensors on any other
@@ -39,7 +39,7 @@ from .decoder import DecodeStats, LogitsWarping, SpeculativeDecoder
 from .hf_adapter import HFCausalLMStep, hf_step_pair
 from .hf_batched import HFBatchedCausalLM, hf_batched_step_pair
 from .hf_hidden import HiddenStatesLM
-from .hidden import sample_hidden, verify_hidden
+from .hidden import sample_hidden, verify_hidden, verify_hidden_batched
 from .lm_head import LMHead
 from .law import (
     acceptance_rates,
@@ -84,6 +84,7 @@ __all__ = [
     # Hidden states in (the LM head inside the op)
     "LMHead",
     "verify_hidden",
+    "verify_hidden_batched",
     "sample_hidden",
     # The exact law
     "acceptance_rates",

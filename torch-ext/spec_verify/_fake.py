@@ -20,10 +20,12 @@ import torch
 from ._checks import (
     RAGGED_UNIFORMS,
     WARP_NAMES,
+    check_num_draft_shape,
     check_ragged,
     check_rows_tensor,
     check_same_device,
     check_sequences,
+    check_tokens_tensor,
     check_uniforms_shape,
     check_vocab,
     check_warp_values,
@@ -204,6 +206,24 @@ def _verify_hidden_fake(hidden, weight, bias, draft_tokens, weight_format, dim, 
     if uniforms is not None:
         check_uniforms_shape(uniforms, (hidden.shape[0],), "one per draft token plus one for the final draw")
     return hidden.new_empty((2,), dtype=torch.int64)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("verify_hidden_batched"))
+def _verify_hidden_batched_fake(hidden, weight, bias, draft_tokens, num_draft_tokens, weight_format, dim,
+                                temperature=1.0, uniforms=None, generator=None):
+    check_warp_values(temperature, 0, 1.0, 0.0)
+    check_rows_tensor("hidden", hidden, 3)
+    check_tokens_tensor("draft_tokens", draft_tokens, 2)
+    batch, k = draft_tokens.shape
+    if tuple(hidden.shape) != (batch, k + 1, dim):
+        raise ValueError(f"hidden must be [B, K+1, d] = [{batch}, {k + 1}, {dim}] for draft_tokens [B, K] and the "
+                         f"head's d, got shape {tuple(hidden.shape)}")
+    _check_hidden(hidden.flatten(0, 1), weight, dim, bias=bias, draft_tokens=draft_tokens,
+                  num_draft_tokens=num_draft_tokens, uniforms=uniforms)
+    check_num_draft_shape(num_draft_tokens, batch)
+    if uniforms is not None:
+        check_uniforms_shape(uniforms, (batch, k + 1), _BATCHED_WHAT)
+    return _pair(hidden, batch)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("sample_hidden"))

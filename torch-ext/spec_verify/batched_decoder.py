@@ -414,18 +414,20 @@ class _DecodeLoop:
         return accepted.tolist(), next_tokens.tolist()
 
     def _verify_hidden_round(self, hidden, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
-        """``head=``: greedy, one pass over the head for the whole batch; sampled, ``verify_hidden`` per sequence.
+        """``head=``: one pass over the head for the whole batch, greedy or sampled.
 
         Greedy: the argmax of every sequence's ``k_b + 1`` rows by one
         ``sample_hidden`` call (one read of the weights for all of them), then
         ``verify_greedy``'s rule per sequence (accept while the draft token is
         the argmax; the next token is the argmax where that stops). Unlike
         ``verify_hidden``, rows after a rejection are read too (their argmax
-        is unused): a NaN there raises. Sampled: per sequence, on its own
-        rows, with the batch's uniforms in the batched layout (sequence
-        ``b``: ``u[b, :k_b]`` for its tests, ``u[b, k_b]`` for its draw), so
-        a sequence's law is the one it has alone; each sequence reads the
-        weights (a batched sampled ``verify_hidden`` would read them once).
+        is unused): a NaN there raises. Sampled: one ``verify_hidden_batched``
+        call, with the batch's uniforms in the batched layout (sequence ``b``:
+        ``u[b, :k_b]`` for its tests, ``u[b, k_b]`` for its draw), so each
+        sequence's result is ``verify_hidden`` on its own rows with those
+        uniforms -- the law it has alone -- and the C++ op reads the weights
+        once for the rows of every sequence (point-mass drafts at temperature
+        only; other rounds run the reference per sequence).
         """
         n, k_round = draft_tokens.shape
         if self._argmax_only:
@@ -442,16 +444,14 @@ class _DecodeLoop:
                 next_tokens.append(argmax[at + a])
                 at += k_b + 1
             return accepted, next_tokens
+        from .hidden import verify_hidden_batched
+
         uniforms = self._uniforms((n, k_round + 1))
-        accepted, next_tokens = [], []
         with self._naming_the_round():
-            for b, k_b in enumerate(budgets):
-                a, t = self._verify_one_hidden(hidden[b, : k_b + 1], draft_tokens[b, :k_b],
-                                               None if draft_rows is None else draft_rows[b, :k_b],
-                                               uniforms[b, : k_b + 1])
-                accepted.append(a)
-                next_tokens.append(t)
-        return accepted, next_tokens
+            accepted, next_tokens = verify_hidden_batched(
+                hidden, self.head, draft_tokens, torch.tensor(budgets, dtype=torch.int64), draft_rows,
+                uniforms=uniforms, method=self.method, **self.warping.kwargs())
+        return accepted.tolist(), next_tokens.tolist()
 
     def _verify_one_hidden(self, hidden, draft_tokens, draft_rows, uniforms) -> tuple[int, int]:
         """One sequence's ``(accepted, next token)`` by ``verify_hidden`` on the head."""

@@ -1,4 +1,4 @@
-"""Hidden states in: ``verify_hidden`` and ``sample_hidden``, the LM head inside the op.
+"""Hidden states in: ``verify_hidden`` (and ``verify_hidden_batched``) and ``sample_hidden``, the LM head inside the op.
 
 The target's last hidden states and its ``LMHead`` replace the ``[K+1, V]``
 logits: the C++ op (``csrc/ops_hidden.cpp``) reads the head's weights once
@@ -13,7 +13,8 @@ Where each call runs:
 
 * the one-pass C++ op: CPU tensors, no soft-cap, ``method="token"``, point-mass
   drafts (``draft_logits=None``), greedy or temperature only (no top-k,
-  top-p, min-p);
+  top-p, min-p); ``verify_hidden_batched`` makes one pass for the rows of
+  every sequence;
 * other CPU calls without soft-cap: the reference's decision loop over rows
   computed by the C++ ``hidden_logits`` (the same logits bit for bit), one
   row when first read -- exact, lazy, but a pass over the weights per row;
@@ -30,13 +31,19 @@ from ._dispatch import runs_in_cpp
 from ._ops import ops
 from .lm_head import LMHead
 
-__all__ = ["verify_hidden", "sample_hidden"]
+__all__ = ["verify_hidden", "verify_hidden_batched", "sample_hidden"]
 
 
 def _temperature_only(warp, vocab: int) -> bool:
     # What the one-pass op implements: greedy, or temperature with no cut.
     return warp.greedy or ((warp.top_k == 0 or warp.top_k >= vocab) and warp.top_p == 1.0
                            and warp.min_weight == 0.0)
+
+
+def _one_pass(cpu: bool, head: LMHead, draft_logits, method: str, warp) -> bool:
+    # The calls the one-pass C++ ops take (the module's docstring).
+    return cpu and head.softcap is None and draft_logits is None and method == "token" and \
+        _temperature_only(warp, head.vocab)
 
 
 def _cpp_logits(head: LMHead):
@@ -111,12 +118,15 @@ def verify_hidden(
     >>> hidden = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]])
     >>> verify_hidden(hidden, head, torch.tensor([1]), temperature=0.0)
     (1, 0)
+
+    See Also
+    --------
+    verify_hidden_batched : B sequences of ragged draft lengths, one pass over the head for all.
     """
     warp, _, _ = hidden_reference.check_hidden_call(hidden, head, draft_tokens, draft_logits, temperature, top_k,
                                                     top_p, min_p, generator, method)
     cpu = runs_in_cpp(hidden, draft_tokens, draft_logits, uniforms, head.weight)
-    if cpu and head.softcap is None and draft_logits is None and method == "token" and \
-            _temperature_only(warp, head.vocab):
+    if _one_pass(cpu, head, draft_logits, method, warp):
         n_accepted, next_token = ops.verify_hidden(hidden, head.weight, head.bias, draft_tokens, head.format_code,
                                                    head.dim, float(temperature), uniforms, generator).tolist()
         return n_accepted, next_token
@@ -124,6 +134,106 @@ def verify_hidden(
     return hidden_reference.verify_hidden(
         hidden, head, draft_tokens, draft_logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         generator=generator, uniforms=uniforms, method=method, logits_fn=logits_fn,
+    )
+
+
+def verify_hidden_batched(
+    hidden: torch.Tensor,
+    head: LMHead,
+    draft_tokens: torch.Tensor,
+    num_draft_tokens: torch.Tensor | None = None,
+    draft_logits: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
+    method: str = "token",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``verify_hidden`` for B sequences at once, with ragged draft lengths.
+
+    Sequence ``b`` is exactly ``verify_hidden(hidden[b, :k_b+1], head,
+    draft_tokens[b, :k_b], draft_logits[b, :k_b], ..., uniforms=uniforms[b,
+    :k_b+1])``, the layout of ``verify_logits_batched``; its rows past
+    ``k_b`` are padding, never read. On the CPU, with point-mass drafts at
+    temperature only (or greedy), one C++ op reads the head's weights once for
+    the rows of every sequence (DESIGN.md, Note [LM head logits]), then decides
+    the sequences in order; other calls run the reference per sequence.
+
+    Parameters
+    ----------
+    hidden : torch.Tensor
+        ``[B, K+1, d]`` float32, bfloat16 or float16: each sequence's last
+        hidden states at its draft positions and its bonus position (row
+        ``k_b`` is sequence ``b``'s bonus position).
+    head : LMHead
+        The target's output projection.
+    draft_tokens : torch.Tensor
+        ``[B, K]`` int64 or int32; the first ``k_b`` of row ``b`` in ``[0, V)``.
+    num_draft_tokens : torch.Tensor, optional
+        ``[B]`` int64 or int32, each ``k_b`` in ``[0, K]`` (None: all K).
+    draft_logits : torch.Tensor, optional
+        ``[B, K, V]``: the draft's logits each token was sampled from. None:
+        point-mass drafts.
+    temperature, top_k, top_p, min_p : optional
+        As in ``verify_logits``, one warping for the whole batch; temperature 0 is greedy.
+    generator : torch.Generator, optional
+        Source of ``B * (K+1)`` uniforms when ``uniforms`` is None, as
+        ``torch.rand(B, K+1, dtype=torch.float64, generator=generator)``
+        (none at temperature 0).
+    uniforms : torch.Tensor, optional
+        ``[B, K+1]`` float64 in ``[0, 1)``; sequence ``b`` uses
+        ``uniforms[b, :k_b]`` for its tests and ``uniforms[b, k_b]`` for its
+        final draw.
+    method : {"token", "block"}, default "token"
+        As in ``verify_logits``.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        ``n_accepted [B]`` and ``next_token [B]``, int64.
+
+    Raises
+    ------
+    TypeError
+        ``head`` not an ``LMHead``; wrong dtypes; a warping argument that is not a number.
+    ValueError
+        Wrong shapes (``hidden`` not ``[B, K+1, d]``, ``num_draft_tokens``
+        not ``[B]`` or a count outside ``[0, K]``, ``draft_logits`` not
+        ``[B, K, V]``); bad warping arguments or uniforms; NaN or ``+inf``
+        logits (or NaN at temperature 0) in a row that is read, named
+        ``logits[b, i, x]``.
+    IndexError
+        A draft token (among the first ``k_b`` of its sequence) outside ``[0, V)``.
+
+    See Also
+    --------
+    verify_hidden : one sequence.
+    verify_logits_batched : the same layout, logits in.
+
+    Examples
+    --------
+    >>> import torch
+    >>> head = LMHead(torch.eye(3))
+    >>> hidden = torch.tensor([[[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]], [[2.0, 0.0, 1.0], [0.0, 0.0, 5.0]]])
+    >>> n, nxt = verify_hidden_batched(hidden, head, torch.tensor([[1], [1]]), torch.tensor([1, 0]),
+    ...                                temperature=0.0)
+    >>> n.tolist(), nxt.tolist()
+    ([1, 0], [0, 0])
+    """
+    warp, _, _ = hidden_reference.check_hidden_batched_call(hidden, head, draft_tokens, num_draft_tokens,
+                                                            draft_logits, temperature, top_k, top_p, min_p,
+                                                            generator, method)
+    cpu = runs_in_cpp(hidden, draft_tokens, num_draft_tokens, draft_logits, uniforms, head.weight)
+    if _one_pass(cpu, head, draft_logits, method, warp):
+        return ops.verify_hidden_batched(hidden, head.weight, head.bias, draft_tokens, num_draft_tokens,
+                                         head.format_code, head.dim, float(temperature), uniforms, generator)
+    logits_fn = _cpp_logits(head) if cpu and head.softcap is None else None
+    return hidden_reference.verify_hidden_batched(
+        hidden, head, draft_tokens, num_draft_tokens, draft_logits, temperature=temperature, top_k=top_k,
+        top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms, method=method, logits_fn=logits_fn,
     )
 
 

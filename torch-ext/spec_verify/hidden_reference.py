@@ -9,6 +9,8 @@ the logits ops. The decision loops are ``reference.py``'s own
 source (``HiddenRows``): the warped logits rows, and either the warped draft
 logits or, when ``draft_logits`` is None, point-mass drafts (``q(t) = Q = 1``,
 the one-hot row of ``verify_sampled_ragged`` without ``draft_probs``).
+``verify_hidden_batched`` runs that loop per sequence on its rows ``0 .. k_b``
+(messages name ``logits[b, i, x]``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from . import reference
 from ._checks import (
     check_generator,
     check_has_values,
+    check_num_draft,
+    check_num_draft_shape,
     check_rows_tensor,
+    check_same_device,
     check_token_range,
     check_tokens_tensor,
     checked_argmax,
@@ -28,7 +33,8 @@ from ._checks import (
 from .lm_head import LMHead, reference_logits
 from .warping import check_warp, warp_row
 
-__all__ = ["LazyLogits", "HiddenRows", "check_hidden_call", "verify_hidden", "sample_hidden"]
+__all__ = ["LazyLogits", "HiddenRows", "check_hidden_call", "check_hidden_batched_call", "verify_hidden",
+           "verify_hidden_batched", "sample_hidden"]
 
 
 class LazyLogits:
@@ -55,8 +61,8 @@ class HiddenRows(reference.WarpedRows):
 
     target_name = "logits"
 
-    def __init__(self, target: LazyLogits, draft, warp, tokens: list[int]):
-        super().__init__(target, draft, warp)
+    def __init__(self, target: LazyLogits, draft, warp, tokens: list[int], prefix: tuple[int, ...] = ()):
+        super().__init__(target, draft, warp, prefix)
         self.tokens, self.vocab = tokens, target.head.vocab
 
     def check_draft_token(self, i: int, token: int) -> None:
@@ -104,6 +110,39 @@ def check_hidden_call(hidden, head, draft_tokens, draft_logits, temperature, top
     return warp, block, k
 
 
+BATCHED_UNIFORMS = "B rows of one per draft token plus one for the final draw"
+
+
+def check_hidden_batched_call(hidden, head, draft_tokens, num_draft_tokens, draft_logits, temperature, top_k, top_p,
+                              min_p, generator, method):
+    """Every argument check of ``verify_hidden_batched``, before anything is computed.
+
+    Returns ``(warp, block, counts)``: the draft count of each sequence.
+    """
+    warp = _check_head_and_warp(head, temperature, top_k, top_p, min_p, generator)
+    block = reference._check_method(method)
+    check_rows_tensor("hidden", hidden, 3)
+    check_tokens_tensor("draft_tokens", draft_tokens, 2)
+    batch, k = draft_tokens.shape
+    if tuple(hidden.shape) != (batch, k + 1, head.dim):
+        raise ValueError(f"hidden must be [B, K+1, d] = [{batch}, {k + 1}, {head.dim}] for draft_tokens [B, K] and "
+                         f"the head's d, got shape {tuple(hidden.shape)}")
+    check_num_draft_shape(num_draft_tokens, batch)
+    if draft_logits is not None:
+        check_rows_tensor("draft_logits", draft_logits, 3)
+        if tuple(draft_logits.shape) != (batch, k, head.vocab):
+            raise ValueError(f"draft_logits must be [B, K, V] = [{batch}, {k}, {head.vocab}], got shape "
+                             f"{tuple(draft_logits.shape)}")
+    check_same_device(hidden=hidden, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                      draft_logits=draft_logits)
+    check_has_values(hidden=hidden, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                     draft_logits=draft_logits)
+    counts = check_num_draft(num_draft_tokens, batch, k)
+    for b in range(batch):
+        check_token_range(draft_tokens[b, : counts[b]], head.vocab, f"draft_tokens[{b}]")
+    return warp, block, counts
+
+
 def check_sample_call(hidden, head, temperature, top_k, top_p, min_p, generator):
     """Every argument check of ``sample_hidden``. Returns the warp."""
     warp = _check_head_and_warp(head, temperature, top_k, top_p, min_p, generator)
@@ -123,6 +162,26 @@ def verify_hidden(hidden, head, draft_tokens, draft_logits=None, *, temperature=
     tokens = draft_tokens.tolist()
     rows = HiddenRows(LazyLogits(head, hidden, logits_fn), draft_logits, warp, tokens)
     return reference._logits_sequence(rows, tokens, None if u is None else u.tolist(), block)
+
+
+def verify_hidden_batched(hidden, head, draft_tokens, num_draft_tokens=None, draft_logits=None, *, temperature=1.0,
+                          top_k=0, top_p=1.0, min_p=0.0, generator=None, uniforms=None, method="token",
+                          logits_fn=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference ``spec_verify.verify_hidden_batched``: sequence ``b`` decided on its rows ``0 .. k_b``
+    with ``u[b, :k_b]`` for its tests and ``u[b, k_b]`` for its draw, in order (``logits_fn``: see ``LazyLogits``)."""
+    warp, block, counts = check_hidden_batched_call(hidden, head, draft_tokens, num_draft_tokens, draft_logits,
+                                                    temperature, top_k, top_p, min_p, generator, method)
+    batch, k = draft_tokens.shape
+    u = reference._take_uniforms(uniforms, generator, (batch, k + 1), draw=not warp.greedy, what=BATCHED_UNIFORMS)
+    accepted = torch.empty(batch, dtype=torch.int64)
+    next_tokens = torch.empty(batch, dtype=torch.int64)
+    for b, k_b in enumerate(counts):
+        tokens = draft_tokens[b, :k_b].tolist()
+        draft = None if draft_logits is None else draft_logits[b, :k_b]
+        rows = HiddenRows(LazyLogits(head, hidden[b, : k_b + 1], logits_fn), draft, warp, tokens, (b,))
+        accepted[b], next_tokens[b] = reference._logits_sequence(rows, tokens, None if u is None else
+                                                                 u[b, : k_b + 1].tolist(), block)
+    return accepted.to(hidden.device), next_tokens.to(hidden.device)
 
 
 def sample_hidden(hidden, head, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None,
