@@ -11,6 +11,11 @@
 #include <string>
 #include <vector>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace spec_verify {
 namespace {
 
@@ -68,7 +73,80 @@ bool wide_float64_passes(const KernelTable& wide, const KernelTable& narrow) {
 }
 #endif
 
-const KernelTable& select_kernels() {
+// The builds this CPU can run, widest first: their tables may be read (a
+// table is built by code of its own ISA), whatever ATEN_CPU_CAPABILITY says.
+std::vector<const KernelTable*> runnable_builds() {
+  std::vector<const KernelTable*> builds;
+#if defined(SV_HAVE_AVX512) || defined(SV_HAVE_AVX2)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+#if defined(SV_HAVE_AVX512)
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    builds.push_back(&AVX512::kernel_table());
+  }
+#endif
+#if defined(SV_HAVE_AVX2)
+  if (avx2) builds.push_back(&AVX2::kernel_table());
+#endif
+  builds.push_back(&DEFAULT::kernel_table());
+  return builds;
+}
+
+// Whether this CPU has the instruction a Q8_0 kernel needs past its build's ISA
+// (csrc/cpu/q8_impl.h): VNNI's vpdpbusd (cpuid), Armv8.2's sdot (the kernel's
+// HWCAP_ASIMDDP, which Linux sets from ID_AA64ISAR0_EL1.DP; getauxval is how
+// an aarch64 user program asks).
+bool q8_runnable(const std::string& isa) {
+#if defined(SV_HAVE_AVX512) || defined(SV_HAVE_AVX2)
+  __builtin_cpu_init();
+  if (isa == "AVX512_VNNI") return __builtin_cpu_supports("avx512vnni") != 0;
+  if (isa == "AVX_VNNI") return __builtin_cpu_supports("avxvnni") != 0;  // CPUID.(EAX=7,ECX=1):EAX[4]
+#endif
+#if defined(__aarch64__)
+  if (isa == "NEON_DOTPROD") {
+#if defined(__linux__) && defined(HWCAP_ASIMDDP)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+    return false;
+#endif
+  }
+#endif
+  return isa == "AVX2" || isa == "DEFAULT" || isa == "NEON";  // no more than their build's ISA
+}
+
+// The Q8_0 kernel (csrc/cpu/q8_impl.h; DESIGN.md, Note [LM head logits]). Every
+// kernel computes the same bits, so the choice is speed alone: the first kernel
+// this CPU runs among those of the running table's build and the builds below
+// it, fastest first (AVX512_VNNI; AVX_VNNI, AVX2; DEFAULT, or NEON_DOTPROD,
+// NEON). SPEC_VERIFY_Q8_ISA=<name> runs that kernel instead when this build has
+// it and this CPU runs it (the tests run each kernel this way); any other value
+// is ignored (a testing knob, as SPEC_VERIFY_MASS_ISA).
+Q8Kernel choose_q8(const std::vector<const KernelTable*>& builds, const char* running_isa) {
+  if (const char* forced = std::getenv("SPEC_VERIFY_Q8_ISA")) {
+    const std::string name(forced);
+    for (const KernelTable* build : builds) {
+      for (const Q8Kernel& k : build->q8_kernels) {
+        if (k.logits != nullptr && name == k.isa && q8_runnable(k.isa)) return k;
+      }
+    }
+  }
+  bool below = false;
+  for (const KernelTable* build : builds) {
+    below = below || std::string(build->isa) == running_isa;
+    if (!below) continue;
+    for (const Q8Kernel& k : build->q8_kernels) {
+      if (k.logits != nullptr && q8_runnable(k.isa)) return k;
+    }
+  }
+  // Not reached: DEFAULT's last kernel (DEFAULT; NEON on aarch64) needs nothing past its build.
+  const Q8Kernel* k = DEFAULT::kernel_table().q8_kernels;
+  while (k + 1 < DEFAULT::kernel_table().q8_kernels + kMaxQ8Kernels && k[1].logits != nullptr) ++k;
+  return *k;
+}
+
+KernelTable base_table() {
 #if defined(SV_HAVE_AVX512) || defined(SV_HAVE_AVX2)
   const std::string capability = runnable_capability();
 #endif
@@ -77,28 +155,18 @@ const KernelTable& select_kernels() {
     // The argmax and the warping run 512 bits wide; the float64 passes (mass,
     // residual) borrow the AVX2 build unless 512 bits measure clearly faster
     // here (wide_float64_passes).
-    static const KernelTable mixed = [] {
-      KernelTable table = AVX512::kernel_table();
-      const KernelTable& narrow = AVX2::kernel_table();
-      if (!wide_float64_passes(table, narrow)) {
-        table.mass_isa = narrow.isa;
-        table.f32.mass = narrow.f32.mass;
-        table.f32.residual = narrow.f32.residual;
-        table.f16.mass = narrow.f16.mass;
-        table.f16.residual = narrow.f16.residual;
-        table.bf16.mass = narrow.bf16.mass;
-        table.bf16.residual = narrow.bf16.residual;
-      }
-      // The Q8_0 head's kernel needs VNNI on top (vpdpbusd: csrc/cpu/q8_impl.h);
-      // without it the AVX2 one (the same function) runs.
-      __builtin_cpu_init();
-      if (!__builtin_cpu_supports("avx512vnni")) {
-        table.q8_logits = narrow.q8_logits;
-        table.q8_isa = narrow.q8_isa;
-      }
-      return table;
-    }();
-    return mixed;
+    KernelTable table = AVX512::kernel_table();
+    const KernelTable& narrow = AVX2::kernel_table();
+    if (!wide_float64_passes(table, narrow)) {
+      table.mass_isa = narrow.isa;
+      table.f32.mass = narrow.f32.mass;
+      table.f32.residual = narrow.f32.residual;
+      table.f16.mass = narrow.f16.mass;
+      table.f16.residual = narrow.f16.residual;
+      table.bf16.mass = narrow.bf16.mass;
+      table.bf16.residual = narrow.bf16.residual;
+    }
+    return table;
   }
 #endif
 #if defined(SV_HAVE_AVX2)
@@ -108,12 +176,20 @@ const KernelTable& select_kernels() {
   return DEFAULT::kernel_table();
 }
 
-}  // namespace
-
-const KernelTable& kernels() {
-  static const KernelTable& table = select_kernels();
+const KernelTable& select_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t = base_table();
+    const Q8Kernel q8 = choose_q8(runnable_builds(), t.isa);
+    t.q8_logits = q8.logits;
+    t.q8_isa = q8.isa;
+    return t;
+  }();
   return table;
 }
+
+}  // namespace
+
+const KernelTable& kernels() { return select_kernels(); }
 
 template <>
 const RowOps<float>& row_ops<float>() { return kernels().f32; }

@@ -167,6 +167,14 @@ struct HeadTile {
   int64_t out_stride;
 };
 
+// One Q8_0 kernel of a build (csrc/cpu/q8_impl.h): the logits of one tile, and its
+// name in build_info()["q8_isa"].
+struct Q8Kernel {
+  void (*logits)(const HeadTile& tile);
+  const char* isa;  // "AVX512_VNNI", "AVX_VNNI", "AVX2", "DEFAULT", "NEON_DOTPROD", "NEON"
+};
+constexpr int kMaxQ8Kernels = 2;
+
 struct KernelTable {
   const char* isa;       // "DEFAULT", "AVX2", "AVX512" ("NEON" on aarch64): the argmax
   const char* mass_isa;  // the ISA of the float64 passes (mass, residual)
@@ -182,8 +190,15 @@ struct KernelTable {
   // heads by head_logits, Q8_0 heads by q8_logits (csrc/cpu/q8_impl.h).
   void (*head_logits)(const HeadTile& tile);
   const char* head_isa;  // the ISA of head_logits
+  // The Q8_0 kernel that runs, and its name: chosen by csrc/dispatch.cpp (choose_q8)
+  // among every build's q8_kernels by what the CPU has; null in the per-ISA tables.
   void (*q8_logits)(const HeadTile& tile);
-  const char* q8_isa;    // the ISA of q8_logits ("AVX512_VNNI", "AVX2", "DEFAULT", "NEON")
+  const char* q8_isa;
+  // This build's Q8_0 kernels, fastest first, unused entries null. Each may need a
+  // CPU feature past this build's ISA (AVX512: AVX512_VNNI; AVX2: AVX_VNNI, then
+  // AVX2; DEFAULT: DEFAULT, or on aarch64 NEON_DOTPROD, then NEON), so it
+  // is never called before dispatch.cpp has checked that feature.
+  Q8Kernel q8_kernels[kMaxQ8Kernels];
 };
 
 // Which instruction sets are compiled follows from the target machine alone

@@ -14,13 +14,21 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
+import json
 import math
+import os
+import platform
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 
-from tests.test_match_reference import check_isa_script
+from tests.test_match_reference import REPO, check_isa_script, cpu_flags
 
 
 def mod(sv, name):
@@ -181,44 +189,23 @@ def test_each_instruction_set_computes_the_same_logits(sv, capability):
     check_isa_script(sv, capability, HIDDEN_ISA_SCRIPT)
 
 
-# Q8_0 heads on one ISA: odd V (tails of 16 and 8 ids), d multiples of 32, rows 1..9 (AVX-512
-# groups 8 rows), bias or not, 1 and 2 threads; and q8_isa is the kernel this CPU can run
-# (AVX512 runs AVX512_VNNI only with avx512_vnni; AVX2's kernel otherwise).
+# Q8_0 heads on one ISA table (ATEN_CPU_CAPABILITY): the kernels' cases (q8_0_kernel_cases) at 1 and 2
+# threads; and q8_isa is the kernel that table runs on this CPU (q8_0_expected).
 Q8_ISA_SCRIPT = """
-    import importlib, torch
+    import importlib, os, torch
     from tools.kernel_loader import load_kernel
-    from tests.test_hidden import _probe_head, q8_0_blocks, q8_0_edge_rows, same_logits
+    from tests.test_hidden import q8_0_cpu_runs, q8_0_expected, q8_0_kernel_cases, same_logits
     sv = load_kernel()
     lm = importlib.import_module(sv.__name__ + ".lm_head")
     info = sv.build_info()
-    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
-    want = {"AVX512": "AVX512_VNNI" if "avx512_vnni" in flags else "AVX2"}.get(info["head_isa"], info["head_isa"])
     print(info["head_isa"])
-    gen = torch.Generator().manual_seed(0)
+    want = q8_0_expected(info["arch"], info["isa"], q8_0_cpu_runs(), os.environ.get("SPEC_VERIFY_Q8_ISA"))
     bad = int(info["q8_isa"] != want)
-    for vocab, dim in [(1, 32), (17, 64), (999, 96), (2049, 640)]:
-        w = torch.randn(vocab, dim, generator=gen) * 0.3
-        for bias in (None, torch.randn(vocab, generator=gen)):
-            head = sv.LMHead.q8_0(q8_0_blocks(w), dim, bias=bias)
-            for rows in range(1, 10):
-                h = torch.randn(rows, dim, generator=gen) * 2
-                ref = lm.reference_logits(head, h)
-                for threads in (1, 2):
-                    torch.set_num_threads(threads)
-                    bad += not torch.equal(ref, sv.ops.hidden_logits(h, head.weight, head.bias, 1, dim))
-    # Raw blocks of any int8 (-128 too, which ggml never writes) at extreme magnitudes: every row's
-    # quantized values reach +-127, so the products reach 128 * 127 (the AVX2 pairs' 32512).
-    for vocab, dim in [(45, 64), (1031, 160)]:
-        raw = torch.randint(0, 256, (vocab, dim // 32, 34), dtype=torch.uint8, generator=gen)
-        raw[:, :, 2:6] = torch.tensor([128, 127, 128, 129], dtype=torch.uint8)  # -128, 127, -128, -127
-        raw[:, :, :2] = (torch.rand(vocab, dim // 32, 1, generator=gen) * 2 - 1).half().view(torch.uint8)
-        head = sv.LMHead.q8_0(raw.reshape(vocab, -1), dim)
-        h = torch.randn(9, dim, generator=gen)
-        h[:, ::32], h[:, 1::32], h[:, 2::32] = 50.0, -50.0, -50.0
-        bad += not torch.equal(lm.reference_logits(head, h), sv.ops.hidden_logits(h, head.weight, None, 1, dim))
-    x = q8_0_edge_rows()
-    probe = _probe_head(sv, x.shape[1])
-    bad += not same_logits(lm.reference_logits(probe, x), sv.ops.hidden_logits(x, probe.weight, None, 1, x.shape[1]))
+    for head, h in q8_0_kernel_cases(sv):
+        ref = lm.reference_logits(head, h)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            bad += not same_logits(ref, sv.ops.hidden_logits(h, head.weight, head.bias, 1, head.dim))
     print(bad)
     """
 
@@ -227,6 +214,187 @@ Q8_ISA_SCRIPT = """
 @pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
 def test_each_instruction_set_computes_the_same_q8_0_logits(sv, capability):
     check_isa_script(sv, capability, Q8_ISA_SCRIPT)
+
+
+# ----------------------------------------------------------------------------
+# Every Q8_0 kernel (csrc/cpu/q8_impl.h), forced by SPEC_VERIFY_Q8_ISA
+# ----------------------------------------------------------------------------
+
+# Each build's Q8_0 kernels, fastest first, widest build first: the order csrc/dispatch.cpp's
+# choose_q8 walks, restated so that a wrong choice fails here.
+Q8_0_KERNELS = {
+    "x86_64": [("AVX512", "AVX512_VNNI"), ("AVX2", "AVX_VNNI"), ("AVX2", "AVX2"), ("DEFAULT", "DEFAULT")],
+    "aarch64": [("NEON", "NEON_DOTPROD"), ("NEON", "NEON")],
+}
+AT_HWCAP, HWCAP_ASIMDDP = 16, 1 << 20  # <sys/auxv.h>, <asm/hwcap.h> (aarch64)
+
+
+def q8_0_cpu_runs() -> set[str]:
+    """The Q8_0 kernels this CPU can run, by witnesses apart from the kernel's own detection:
+    /proc/cpuinfo's flags on x86-64; on aarch64 libc's getauxval(AT_HWCAP), which qemu-user
+    answers for its emulated CPU (its /proc/cpuinfo may be the host's)."""
+    import platform
+
+    from tests.test_match_reference import cpu_flags
+
+    if platform.machine() == "aarch64":
+        import ctypes
+
+        getauxval = ctypes.CDLL(None).getauxval
+        getauxval.restype, getauxval.argtypes = ctypes.c_ulong, [ctypes.c_ulong]
+        return {"NEON"} | ({"NEON_DOTPROD"} if getauxval(AT_HWCAP) & HWCAP_ASIMDDP else set())
+    flags = cpu_flags()
+    avx2 = {"avx2", "fma", "f16c"} <= flags
+    avx512 = avx2 and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+    return {"DEFAULT"} | ({"AVX2"} if avx2 else set()) | ({"AVX_VNNI"} if avx2 and "avx_vnni" in flags else set()) \
+        | ({"AVX512_VNNI"} if avx512 and "avx512_vnni" in flags else set())
+
+
+def q8_0_expected(arch: str, table_isa: str, runs: set[str], forced: str | None) -> str:
+    """The kernel build_info()["q8_isa"] must name: `forced` if the build has it and the CPU runs it,
+    else the first kernel the CPU runs among those of the running table's build and the builds below."""
+    kernels = Q8_0_KERNELS[arch]
+    if forced in runs and forced in [name for _, name in kernels]:
+        return forced
+    first = [build for build, _ in kernels].index(table_isa)
+    return next(name for _, name in kernels[first:] if name in runs)
+
+
+def q8_0_kernel_cases(sv) -> list:
+    """(head, rows) at every Q8_0 kernel's edges, deterministic:
+
+    * V = 1, 3, 5, 17, 999, 2049: tails of the 16 (AVX-512), 8 (AVX2) and 4 (NEON) ids per vector;
+      d = 32, 96, 160, 224 (not multiples of 64 or 128) and 640; 1 to 9 rows (every row group of
+      4 and 8, and one more); bias or not;
+    * raw blocks of any int8 (-128 too, which ggml never writes) against rows whose quantized values
+      reach +-127: products of 128 * 127, a pair of them 32512 (the int16 bound of AVX2 and NEON);
+    * weight blocks with scale +-0, an fp16 subnormal, 65504, +-inf and NaN (NaN / inf logits);
+    * the activations' edges (q8_0_edge_rows: zero-scale blocks, NaN / -inf / fp16-overflow rows)
+      against the probe head and against random weights.
+    """
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for vocab, dim in [(1, 32), (3, 96), (5, 160), (17, 224), (999, 96), (2049, 640)]:
+        w = torch.randn(vocab, dim, generator=gen) * 0.3
+        for bias in (None, torch.randn(vocab, generator=gen)):
+            head = sv.LMHead.q8_0(q8_0_blocks(w), dim, bias=bias)
+            for rows in range(1, 10):
+                out.append((head, torch.randn(rows, dim, generator=gen) * 2))
+    for vocab, dim in [(45, 64), (1031, 160)]:
+        raw = torch.randint(0, 256, (vocab, dim // 32, 34), dtype=torch.uint8, generator=gen)
+        raw[:, :, 2:6] = torch.tensor([128, 127, 128, 129], dtype=torch.uint8)  # -128, 127, -128, -127
+        raw[:, :, :2] = (torch.rand(vocab, dim // 32, 1, generator=gen) * 2 - 1).half().view(torch.uint8)
+        head = sv.LMHead.q8_0(raw.reshape(vocab, -1), dim)
+        h = torch.randn(9, dim, generator=gen)
+        h[:, ::32], h[:, 1::32], h[:, 2::32] = 50.0, -50.0, -50.0
+        out.append((head, h))
+    vocab, dim = 61, 160
+    raw = q8_0_blocks(torch.randn(vocab, dim, generator=gen)).reshape(vocab, dim // 32, 34)
+    special = torch.tensor([0.0, -0.0, 6e-8, 65504.0, math.inf, -math.inf, math.nan]).half().view(torch.uint8)
+    for v in range(0, vocab, 2):  # every other id: one block's scale special
+        raw[v, v % (dim // 32), :2] = special.reshape(-1, 2)[v // 2 % 7]
+    head = sv.LMHead.q8_0(raw.reshape(vocab, -1), dim)
+    out.append((head, torch.randn(5, dim, generator=gen)))
+    x = q8_0_edge_rows()
+    out.append((_probe_head(sv, x.shape[1]), x))
+    out.append((sv.LMHead.q8_0(q8_0_blocks(torch.randn(23, x.shape[1], generator=gen)), x.shape[1]), x))
+    return out
+
+
+def logits_bytes(z: torch.Tensor) -> bytes:
+    """The logits' bits, every NaN as one NaN (its sign and payload are not the function's)."""
+    return torch.where(z.isnan(), torch.full_like(z, math.nan), z).contiguous().numpy().tobytes()
+
+
+# In a fresh process (SPEC_VERIFY_Q8_ISA and QEMU_CPU as the test sets them): which kernel ran, what the
+# CPU offers by the witnesses, the mismatches against the reference, and a hash of every logit's bits.
+Q8_KERNEL_SCRIPT = """
+    import hashlib, importlib, json, torch
+    from tools.kernel_loader import load_kernel
+    from tests.test_hidden import logits_bytes, q8_0_cpu_runs, q8_0_kernel_cases, same_logits
+    sv = load_kernel()
+    lm = importlib.import_module(sv.__name__ + ".lm_head")
+    info = sv.build_info()
+    bad, digest = 0, hashlib.sha256()
+    for head, h in ([] if CHOICE_ONLY else q8_0_kernel_cases(sv)):
+        ref = lm.reference_logits(head, h)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            fast = sv.ops.hidden_logits(h, head.weight, head.bias, 1, head.dim)
+            bad += not same_logits(ref, fast)
+        digest.update(logits_bytes(fast))
+    print(json.dumps(dict(q8_isa=info["q8_isa"], isa=info["isa"], arch=info["arch"], runs=sorted(q8_0_cpu_runs()),
+                          bad=bad, digest=digest.hexdigest())))
+    """
+
+
+def run_q8_kernel_script(forced: str | None, qemu_cpu: str | None = None, choice_only: bool = False) -> dict:
+    """Q8_KERNEL_SCRIPT's answer in a fresh process (ATEN_CPU_CAPABILITY inherited: q8_0_expected reads the
+    table it ran)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(
+        p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env.pop("SPEC_VERIFY_Q8_ISA", None)
+    if forced is not None:
+        env["SPEC_VERIFY_Q8_ISA"] = forced
+    if qemu_cpu is not None:
+        env["QEMU_CPU"] = qemu_cpu  # read by qemu-user (binfmt) when the child starts; nothing on hardware
+    script = f"CHOICE_ONLY = {choice_only}\n" + textwrap.dedent(Q8_KERNEL_SCRIPT)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=1200)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@functools.cache
+def reference_digest() -> str:
+    """The hash of the reference logits (lm_head.reference_logits) of every q8_0_kernel_cases case."""
+    from tools.kernel_loader import load_kernel
+
+    sv = load_kernel()
+    lm = mod(sv, "lm_head")
+    digest = hashlib.sha256()
+    for head, h in q8_0_kernel_cases(sv):
+        digest.update(logits_bytes(lm.reference_logits(head, h)))
+    return digest.hexdigest()
+
+
+def q8_kernel_params():
+    """Every kernel of this machine's builds, forced; on aarch64 also under qemu's `-cpu max` (which has
+    the dot product: the default cortex-a72 lacks it, so there NEON_DOTPROD falls back to NEON)."""
+    arch = platform.machine()
+    params = [pytest.param(name, None, id=name) for _, name in Q8_0_KERNELS.get(arch, [])]
+    if arch == "aarch64":
+        params += [pytest.param("NEON_DOTPROD", "max", id="NEON_DOTPROD-qemu-max"),
+                   pytest.param(None, "max", id="unset-qemu-max")]
+    return params
+
+
+@pytest.mark.parametrize("forced,qemu_cpu", q8_kernel_params())
+def test_each_q8_0_kernel_computes_the_reference_logits(sv, forced, qemu_cpu):
+    """Each kernel forced by SPEC_VERIFY_Q8_ISA: it runs when the CPU has its instruction (else the
+    fallback runs, and nothing dies of SIGILL), its logits equal the reference bit for bit, and so
+    all the kernels' logits equal each other's."""
+    got = run_q8_kernel_script(forced, qemu_cpu)
+    assert got["q8_isa"] == q8_0_expected(got["arch"], got["isa"], set(got["runs"]), forced), got
+    if forced in got["runs"]:
+        assert got["q8_isa"] == forced
+    if "QEMU_CPU" in os.environ:  # emulated (tools/aarch64/test.sh): both NEON kernels must be reached
+        if qemu_cpu == "max":
+            assert got["q8_isa"] == "NEON_DOTPROD", got
+        elif os.environ["QEMU_CPU"].startswith("cortex-a72"):  # Armv8.0: no sdot, so the fallback
+            assert "NEON_DOTPROD" not in got["runs"] and got["q8_isa"] == "NEON", got
+    assert got["bad"] == 0, got
+    assert got["digest"] == reference_digest(), got
+
+
+def test_q8_0_kernel_choice_ignores_unknown_and_foreign_names(sv):
+    """Unset, junk, or a kernel of another machine's build: the fastest kernel the CPU runs."""
+    foreign = "AVX2" if platform.machine() == "aarch64" else "NEON_DOTPROD"
+    seen = {name: run_q8_kernel_script(name, choice_only=True) for name in (None, "SSE9", foreign)}
+    for name, got in seen.items():
+        assert got["q8_isa"] == q8_0_expected(got["arch"], got["isa"], set(got["runs"]), None), (name, got)
+    assert seen[None]["q8_isa"] == seen["SSE9"]["q8_isa"] == seen[foreign]["q8_isa"]
+    if "SPEC_VERIFY_Q8_ISA" not in os.environ:
+        assert seen[None]["q8_isa"] == sv.build_info()["q8_isa"]
 
 
 @pytest.mark.llama_cpp  # gguf, installed with the llama.cpp integration's pins

@@ -19,7 +19,7 @@ const KernelTable& kernel_table() {
     const char* isa = SV_STRINGIFY(CPU_CAPABILITY);
 #endif
     KernelTable t{};
-    t.isa = t.mass_isa = t.warp_isa = t.head_isa = t.q8_isa = isa;
+    t.isa = t.mass_isa = t.warp_isa = t.head_isa = isa;  // q8_isa: dispatch.cpp
     add_row_kernels(t);
     add_warp_kernels(t);
     add_hidden_kernels(t);

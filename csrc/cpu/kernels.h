@@ -17,7 +17,7 @@ void add_warp_kernels(KernelTable& table);
 // head_logits (hidden_impl.h).
 void add_hidden_kernels(KernelTable& table);
 
-// q8_logits and q8_isa (q8_impl.h).
+// q8_kernels (q8_impl.h).
 void add_q8_kernels(KernelTable& table);
 
 }  // namespace CPU_CAPABILITY

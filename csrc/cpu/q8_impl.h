@@ -14,23 +14,40 @@
 // float(sumi) is exact (|sumi| <= 32 * 128 * 127 < 2^24), and the multiply and
 // the add each round once (no FMA; the build passes -ffp-contract=off). Ids are
 // independent lanes, so the result does not depend on how many are computed
-// at once: 16 per vector with AVX-512 VNNI, 8 per vector with AVX2, one at a
-// time in DEFAULT (NEON on aarch64). Only the way sumi is formed differs, and
-// every way is exact:
+// at once, and every kernel below gives the same bits. Only the way sumi is
+// formed differs, and every way is exact:
 //
-// * VNNI: vpdpbusd multiplies u8 by s8 and adds each 4 products to an int32
-//   lane, without saturation. u8 = w + 128 (w xor 0x80, in [0, 255]; every
-//   int8 w, -128 too), s8 = x (in [-127, 127]), and the lane starts at
-//   -128 * sum(x) (HeadTile::hsum), so it ends at sum(w * x). Every partial
-//   sum is below 32 * 255 * 127 < 2^31.
-// * AVX2: vpmaddubsw multiplies u8 by s8 and adds pairs into int16, saturating:
-//   u8 = |w| (<= 128), s8 = x * sign(w) (vpsignb; |x| <= 127), so a pair is at
-//   most 2 * 128 * 127 = 32512 < 32767 and never saturates; vpmaddwd by ones
-//   then adds pairs of pairs into int32.
+// * AVX512_VNNI (16 ids per vector) and AVX_VNNI (the VEX encoding, 8 ids):
+//   vpdpbusd multiplies u8 by s8 and adds each 4 products to an int32 lane,
+//   without saturation. u8 = w + 128 (w xor 0x80, in [0, 255]; every int8 w,
+//   -128 too), s8 = x (in [-127, 127]), and the lane starts at -128 * sum(x)
+//   (HeadTile::hsum), so it ends at sum(w * x). Every partial sum is below
+//   32 * 255 * 127 < 2^31.
+// * AVX2 (8 ids): vpmaddubsw multiplies u8 by s8 and adds pairs into int16,
+//   saturating: u8 = |w| (<= 128), s8 = x * sign(w) (vpsignb; |x| <= 127), so
+//   a pair is at most 2 * 128 * 127 = 32512 < 32767 and never saturates;
+//   vpmaddwd by ones then adds pairs of pairs into int32.
+// * NEON_DOTPROD (aarch64, Armv8.2 sdot; 4 ids per vector): vdotq_s32 adds 4
+//   products s8 x s8 to an int32 lane, signed by signed, so w and x go in as
+//   they are (no offset); 2 of them take a block's 32 products into 4 lanes.
+// * NEON (any aarch64; 4 ids): vmull_s8 / vmlal_high_s8 put 2 products into
+//   each int16 lane, at most 2 * 128 * 127 = 32512 < 32767 (w in [-128, 127],
+//   x in [-127, 127]), so the int16 add never wraps; vpaddlq / vpadalq_s16 add
+//   pairs of lanes into int32 (widening: exact).
+//   Both NEON kernels then add a block's 4 lanes per id with two rounds of
+//   vpaddq_s32 (int32: exact), which leaves one id per lane.
+// * DEFAULT (x86-64 without AVX2): one id at a time, int loops.
 //
-// Each Q8_0 block of 16 (8) ids is loaded once per group of rows and turned
-// by a transposition into vectors of one dword (4 int8) per id, which every
-// row of the group dots with its 4 values broadcast.
+// Which kernel runs is csrc/dispatch.cpp's choice (choose_q8): the fastest
+// this CPU has (cpuid / getauxval), or the one SPEC_VERIFY_Q8_ISA names.
+// AVX512_VNNI, AVX_VNNI and NEON_DOTPROD use an instruction past their build's
+// ISA, enabled per function by a target attribute, so each build still runs
+// on CPUs without it: dispatch.cpp never calls a kernel whose feature the CPU
+// lacks.
+//
+// In the x86 kernels each Q8_0 block of 16 (8) ids is loaded once per group of
+// rows and turned by a transposition into vectors of one dword (4 int8) per
+// id, which every row of the group dots with its 4 values broadcast.
 #include "kernels.h"
 
 #include <c10/util/Half.h>
@@ -40,6 +57,10 @@
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 #include <immintrin.h>
+#endif
+#if defined(CPU_CAPABILITY_DEFAULT) && defined(__aarch64__)
+#include <arm_neon.h>
+#define SV_Q8_NEON 1
 #endif
 
 namespace spec_verify {
@@ -60,8 +81,8 @@ inline int32_t q8_dword(const int8_t* p) {
 }
 
 // ----------------------------------------------------------------------------
-// One id at a time, int loops the compiler vectorizes: DEFAULT (NEON on
-// aarch64), and AVX-512 rows too far apart for its gather's offsets
+// One id at a time, int loops the compiler vectorizes: DEFAULT on x86-64, and
+// AVX-512 rows too far apart for its gather's offsets
 // ----------------------------------------------------------------------------
 
 template <int G>
@@ -95,9 +116,8 @@ void q8_ids_plain(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
 // ----------------------------------------------------------------------------
 
 // Only this kernel uses VNNI: the rest of the AVX512 build runs on CPUs
-// without it (csrc/dispatch.cpp picks the AVX2 kernel there).
+// without it (csrc/dispatch.cpp picks the AVX2 build's kernels there).
 #define SV_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
-constexpr int kQ8Group = 8;  // rows per pass over a block group
 
 // In: c[j] = [dwords 0..7 of id j | dwords 0..7 of id j + 8] (j < 8). Out:
 // c[k] lane i = dword k of id i. Element (register j, lane L) has id bits
@@ -126,7 +146,7 @@ SV_VNNI inline void transpose_16x8(__m512i c[8]) {
 
 // Ids [v, v + n) (n <= 16) for rows [r0, r0 + G).
 template <int G>
-SV_VNNI void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+SV_VNNI void q8_ids_avx512_vnni(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
   const int64_t nb = t.dim / kQ8Block;
   const uint8_t* row[16];
   for (int j = 0; j < 16; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes;  // past n: repeats
@@ -175,15 +195,20 @@ SV_VNNI void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
   }
 }
 
-constexpr int kQ8Ids = 16;
+struct Avx512Vnni {
+  static constexpr int kIds = 16, kGroup = 8;  // ids per vector, rows per pass over a block group
+  template <int G>
+  static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_avx512_vnni<G>(t, r0, v, n); }
+  // The gather's int32 offsets (d > 63 M): one id at a time past that.
+  static bool fits(const HeadTile& t) { return t.row_bytes <= (int64_t{1} << 31) / 16; }
+};
+
+#undef SV_VNNI
 
 #elif defined(CPU_CAPABILITY_AVX2)
 // ----------------------------------------------------------------------------
-// AVX2: 8 ids per vector
+// AVX2 and AVX-VNNI: 8 ids per vector
 // ----------------------------------------------------------------------------
-
-#define SV_VNNI
-constexpr int kQ8Group = 4;
 
 // c[j] = dwords 0..7 of id j  ->  c[k] lane i = dword k of id i.
 inline void transpose_8x8(__m256i c[8]) {
@@ -205,7 +230,7 @@ inline void transpose_8x8(__m256i c[8]) {
 }
 
 template <int G>
-void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+void q8_ids_avx2(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
   const int64_t nb = t.dim / kQ8Block;
   const uint8_t* row[8];
   for (int j = 0; j < 8; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes;  // past n: repeats
@@ -241,63 +266,209 @@ void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
   }
 }
 
-constexpr int kQ8Ids = 8;
+// AVX-VNNI (Alder Lake and later, Zen 5): vpdpbusd 256 bits wide, VEX-encoded,
+// on CPUs with or without AVX-512. The same loads and transposition as AVX2's,
+// then AVX-512 VNNI's u8 offset: u8 = w + 128, lanes started at -128 * sum(x).
+#define SV_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+template <int G>
+SV_AVX_VNNI void q8_ids_avx_vnni(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+  const int64_t nb = t.dim / kQ8Block;
+  const uint8_t* row[8];
+  for (int j = 0; j < 8; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes;  // past n: repeats
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kQ8BlockBytes;
+    __m256i c[8];
+    for (int j = 0; j < 8; ++j) c[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j] + off + 2));
+    alignas(16) uint16_t bits[8];
+    for (int j = 0; j < 8; ++j) std::memcpy(&bits[j], row[j] + off, 2);
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bits)));
+    transpose_8x8(c);
+    for (int k = 0; k < 8; ++k) c[k] = _mm256_xor_si256(c[k], flip);  // u8 = w + 128
+    for (int g = 0; g < G; ++g) {
+      const int64_t r = r0 + g;
+      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+      // Two chains of 4 (vpdpbusd's latency, not its throughput, bounds one chain of 8); int32 adds: exact.
+      __m256i s0 = _mm256_set1_epi32(t.hsum[r * nb + b]), s1 = _mm256_setzero_si256();
+      for (int k = 0; k < 8; k += 2) {
+        s0 = _mm256_dpbusd_avx_epi32(s0, c[k], _mm256_set1_epi32(q8_dword(x + 4 * k)));
+        s1 = _mm256_dpbusd_avx_epi32(s1, c[k + 1], _mm256_set1_epi32(q8_dword(x + 4 * k + 4)));
+      }
+      const __m256i sumi = _mm256_add_epi32(s0, s1);
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
+      acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), scale));
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    alignas(32) float z[8];
+    _mm256_store_ps(z, acc[g]);
+    float* out = t.out + (r0 + g) * t.out_stride + (v - t.begin);
+    for (int64_t j = 0; j < n; ++j) out[j] = t.bias != nullptr ? z[j] + t.bias[v + j] : z[j];
+  }
+}
+
+#undef SV_AVX_VNNI
+
+struct Avx2 {
+  static constexpr int kIds = 8, kGroup = 4;
+  template <int G>
+  static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_avx2<G>(t, r0, v, n); }
+  static bool fits(const HeadTile&) { return true; }
+};
+
+struct AvxVnni {
+  static constexpr int kIds = 8, kGroup = 4;
+  template <int G>
+  static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_avx_vnni<G>(t, r0, v, n); }
+  static bool fits(const HeadTile&) { return true; }
+};
+
+#elif defined(SV_Q8_NEON)
+// ----------------------------------------------------------------------------
+// aarch64: 4 ids per vector, NEON_DOTPROD (sdot) or NEON (smull / sadalp)
+// ----------------------------------------------------------------------------
+
+// Only the dotprod kernel is compiled for Armv8.2 + dot product: the rest of
+// the build (and the NEON kernel) runs on Armv8.0 (the Pi 4's Cortex-A72), and
+// csrc/dispatch.cpp calls this one only when getauxval(AT_HWCAP) has
+// HWCAP_ASIMDDP. (GCC 12's arm_neon.h declares vdotq_s32 under
+// "arch=armv8.2-a+dotprod"; "+dotprod" alone does not inline it.)
+#define SV_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+
+// The 32 products of one block of one id, as 4 int32 lanes (their sum is sumi).
+SV_DOTPROD inline int32x4_t q8_block_dot(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
+  return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+}
+
+inline int32x4_t q8_block_mull(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
+  // Each int16 lane: 2 products, |w * x| <= 128 * 127, so at most 32512 < 32767.
+  const int16x8_t p0 = vmlal_high_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)), w0, x0);
+  const int16x8_t p1 = vmlal_high_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(x1)), w1, x1);
+  return vpadalq_s16(vpaddlq_s16(p0), p1);
+}
+
+// Ids [v, v + n) (n <= 4) for rows [r0, r0 + G); lane j is id v + j. One body for
+// both kernels (a macro: the target attribute cannot follow a template argument,
+// and an always_inline helper without it could not inline vdotq_s32).
+#define SV_Q8_NEON_IDS(NAME, ATTR, BLOCK)                                                          \
+  template <int G>                                                                                 \
+  ATTR void NAME(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {                            \
+    const int64_t nb = t.dim / kQ8Block;                                                           \
+    const uint8_t* row[4];                                                                         \
+    for (int j = 0; j < 4; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes; \
+    float32x4_t acc[G];                                                                            \
+    for (int g = 0; g < G; ++g) acc[g] = vdupq_n_f32(0.0f);                                        \
+    for (int64_t b = 0; b < nb; ++b) {                                                             \
+      const int64_t off = b * kQ8BlockBytes;                                                       \
+      int8x16_t w[4][2];                                                                           \
+      uint16_t bits[4];                                                                            \
+      for (int j = 0; j < 4; ++j) {                                                                \
+        w[j][0] = vld1q_s8(reinterpret_cast<const int8_t*>(row[j] + off + 2));                     \
+        w[j][1] = vld1q_s8(reinterpret_cast<const int8_t*>(row[j] + off + 18));                    \
+        std::memcpy(&bits[j], row[j] + off, 2);                                                    \
+      }                                                                                            \
+      const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(bits)));                   \
+      for (int g = 0; g < G; ++g) {                                                                \
+        const int64_t r = r0 + g;                                                                  \
+        const int8_t* x = t.hq + r * t.dim + b * kQ8Block;                                         \
+        const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);                                   \
+        const int32x4_t s0 = BLOCK(w[0][0], w[0][1], x0, x1), s1 = BLOCK(w[1][0], w[1][1], x0, x1); \
+        const int32x4_t s2 = BLOCK(w[2][0], w[2][1], x0, x1), s3 = BLOCK(w[3][0], w[3][1], x0, x1); \
+        const int32x4_t sumi = vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));                 \
+        const float32x4_t scale = vmulq_f32(dw, vdupq_n_f32(t.hscale[r * nb + b])); /* exact */    \
+        acc[g] = vaddq_f32(acc[g], vmulq_f32(vcvtq_f32_s32(sumi), scale));                         \
+      }                                                                                            \
+    }                                                                                              \
+    for (int g = 0; g < G; ++g) {                                                                  \
+      float z[4];                                                                                  \
+      vst1q_f32(z, acc[g]);                                                                        \
+      float* out = t.out + (r0 + g) * t.out_stride + (v - t.begin);                                \
+      for (int64_t j = 0; j < n; ++j) out[j] = t.bias != nullptr ? z[j] + t.bias[v + j] : z[j];    \
+    }                                                                                              \
+  }
+
+SV_Q8_NEON_IDS(q8_ids_neon_dotprod, SV_DOTPROD, q8_block_dot)
+SV_Q8_NEON_IDS(q8_ids_neon, , q8_block_mull)
+
+#undef SV_Q8_NEON_IDS
+#undef SV_DOTPROD
+
+struct NeonDotprod {
+  static constexpr int kIds = 4, kGroup = 8;
+  template <int G>
+  static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_neon_dotprod<G>(t, r0, v, n); }
+  static bool fits(const HeadTile&) { return true; }
+};
+
+struct Neon {
+  static constexpr int kIds = 4, kGroup = 8;
+  template <int G>
+  static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_neon<G>(t, r0, v, n); }
+  static bool fits(const HeadTile&) { return true; }
+};
 
 #else
-// DEFAULT (NEON on aarch64): the plain loops above.
-#define SV_VNNI
-constexpr int kQ8Group = 4;
-constexpr int kQ8Ids = 16;
-template <int G>
-void q8_ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_plain<G>(t, r0, v, n); }
+// ----------------------------------------------------------------------------
+// DEFAULT on x86-64: the plain loops above
+// ----------------------------------------------------------------------------
+
+struct Plain {
+  static constexpr int kIds = 16, kGroup = 4;
+  template <int G>
+  static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_plain<G>(t, r0, v, n); }
+  static bool fits(const HeadTile&) { return true; }
+};
 
 #endif
 
 // ----------------------------------------------------------------------------
-// The tile: groups of kQ8Ids ids, each for groups of up to kQ8Group rows
+// The tile: groups of K::kIds ids, each for groups of up to K::kGroup rows
 // ----------------------------------------------------------------------------
 
-template <int G>
-SV_VNNI void q8_rows(const HeadTile& t, int64_t r0) {
-#if defined(CPU_CAPABILITY_AVX512)
-  if (t.row_bytes > (int64_t{1} << 31) / 16) {  // the gather's int32 offsets (d > 63 M): one id at a time
+template <class K, int G>
+void q8_rows(const HeadTile& t, int64_t r0) {
+  if (!K::fits(t)) {
     q8_ids_plain<G>(t, r0, t.begin, t.end - t.begin);
     return;
   }
-#endif
-  for (int64_t v = t.begin; v < t.end; v += kQ8Ids) q8_ids<G>(t, r0, v, std::min<int64_t>(kQ8Ids, t.end - v));
+  for (int64_t v = t.begin; v < t.end; v += K::kIds) K::template ids<G>(t, r0, v, std::min<int64_t>(K::kIds, t.end - v));
 }
 
-SV_VNNI void q8_logits_tile(const HeadTile& t) {
-  int64_t r = 0;
-  while (r < t.rows) {
-    const int64_t g = std::min<int64_t>(kQ8Group, t.rows - r);
-    switch (g) {
-      case 1: q8_rows<1>(t, r); break;
-      case 2: q8_rows<2>(t, r); break;
-      case 3: q8_rows<3>(t, r); break;
-      case 4: q8_rows<4>(t, r); break;
-#if defined(CPU_CAPABILITY_AVX512)
-      case 5: q8_rows<5>(t, r); break;
-      case 6: q8_rows<6>(t, r); break;
-      case 7: q8_rows<7>(t, r); break;
-      case 8: q8_rows<8>(t, r); break;
-#endif
-      default: break;
+// Rows [r0, r0 + g), 1 <= g <= G, by the instance for exactly g rows.
+template <class K, int G>
+void q8_group(const HeadTile& t, int64_t r0, int64_t g) {
+  if constexpr (G > 1) {
+    if (g < G) {
+      q8_group<K, G - 1>(t, r0, g);
+      return;
     }
-    r += g;
   }
+  q8_rows<K, G>(t, r0);
 }
 
-#undef SV_VNNI
+template <class K>
+void q8_logits_tile(const HeadTile& t) {
+  for (int64_t r = 0; r < t.rows; r += K::kGroup) q8_group<K, K::kGroup>(t, r, std::min<int64_t>(K::kGroup, t.rows - r));
+}
 
 }  // namespace
 
-// q8_isa is the table's ISA (kernel_table_impl.h), but for AVX-512's.
+// This build's Q8_0 kernels, fastest first (csrc/kernel_table.h, Q8Kernel);
+// csrc/dispatch.cpp checks each one's CPU feature before choosing it.
 void add_q8_kernels(KernelTable& table) {
-  table.q8_logits = &q8_logits_tile;
 #if defined(CPU_CAPABILITY_AVX512)
-  table.q8_isa = "AVX512_VNNI";
+  table.q8_kernels[0] = {&q8_logits_tile<Avx512Vnni>, "AVX512_VNNI"};
+#elif defined(CPU_CAPABILITY_AVX2)
+  table.q8_kernels[0] = {&q8_logits_tile<AvxVnni>, "AVX_VNNI"};
+  table.q8_kernels[1] = {&q8_logits_tile<Avx2>, "AVX2"};
+#elif defined(SV_Q8_NEON)
+  table.q8_kernels[0] = {&q8_logits_tile<NeonDotprod>, "NEON_DOTPROD"};
+  table.q8_kernels[1] = {&q8_logits_tile<Neon>, "NEON"};
+#else
+  table.q8_kernels[0] = {&q8_logits_tile<Plain>, "DEFAULT"};
 #endif
 }
 

@@ -45,3 +45,16 @@ def test_neon_tails_agree_with_torch_argmax(sv):
             rows[2] = 1.0
             draft = rows[:2].argmax(-1)
             assert sv.verify_greedy(rows, draft) == (2, 0), (dtype, v)
+
+
+def test_the_q8_0_kernel_is_the_one_this_cpu_runs(sv):
+    # NEON_DOTPROD (sdot) where the auxiliary vector has HWCAP_ASIMDDP, NEON otherwise: the
+    # default QEMU_CPU=cortex-a72 (Armv8.0) has no dot product, so the fallback must run here
+    # (tests/test_hidden.py runs both kernels, the dot product under QEMU_CPU=max).
+    from tests.test_hidden import q8_0_cpu_runs
+
+    info = sv.build_info()
+    want = "NEON_DOTPROD" if "NEON_DOTPROD" in q8_0_cpu_runs() else "NEON"
+    assert info["q8_isa"] == want, info
+    if os.environ.get("QEMU_CPU", "").startswith("cortex-a72"):
+        assert info["q8_isa"] == "NEON", info
