@@ -387,14 +387,15 @@ def test_each_q8_0_kernel_computes_the_reference_logits(sv, forced, qemu_cpu):
 
 
 def test_q8_0_kernel_choice_ignores_unknown_and_foreign_names(sv):
-    """Unset, junk, or a kernel of another machine's build: the fastest kernel the CPU runs."""
+    """Junk, or a kernel of another machine's build: the fastest kernel the CPU runs, as when unset
+    (this process, unless SPEC_VERIFY_Q8_ISA is set here; unset children also run in the test above)."""
     foreign = "AVX2" if platform.machine() == "aarch64" else "NEON_DOTPROD"
-    seen = {name: run_q8_kernel_script(name, choice_only=True) for name in (None, "SSE9", foreign)}
+    seen = {name: run_q8_kernel_script(name, choice_only=True) for name in ("SSE9", foreign)}
     for name, got in seen.items():
         assert got["q8_isa"] == q8_0_expected(got["arch"], got["isa"], set(got["runs"]), None), (name, got)
-    assert seen[None]["q8_isa"] == seen["SSE9"]["q8_isa"] == seen[foreign]["q8_isa"]
+    assert seen["SSE9"]["q8_isa"] == seen[foreign]["q8_isa"]
     if "SPEC_VERIFY_Q8_ISA" not in os.environ:
-        assert seen[None]["q8_isa"] == sv.build_info()["q8_isa"]
+        assert seen["SSE9"]["q8_isa"] == sv.build_info()["q8_isa"]
 
 
 @pytest.mark.llama_cpp  # gguf, installed with the llama.cpp integration's pins
