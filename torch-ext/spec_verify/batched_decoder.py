@@ -68,7 +68,7 @@ from .decode_checks import (
 from .cost_model import AutoCost
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping, carried
-from .hidden import sample_hidden, verify_hidden
+from .hidden import sample_hidden, verify_hidden, verify_hidden_batched
 from .lm_head import LMHead
 from .logits import verify_logits_batched, warp_probs
 from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
@@ -444,7 +444,6 @@ class _DecodeLoop:
                 next_tokens.append(argmax[at + a])
                 at += k_b + 1
             return accepted, next_tokens
-        from .hidden import verify_hidden_batched
 
         uniforms = self._uniforms((n, k_round + 1))
         with self._naming_the_round():
