@@ -60,10 +60,13 @@ def pairs(result):
 
 # (format, B, K): f32 d = 64 keeps 8 rows, so B = 2, K = 2 (<= 6 rows) keeps and B = 4, K = 4 (up to 20
 # rows) does not; Q8_0 d = 640 keeps 21 rows: B = 3, K = 4 keeps, B = 6, K = 5 (up to 36) does not.
-CASES = [("f32", 2, 2), ("f32", 4, 4), ("bf16", 3, 3), ("q8", 3, 4), ("q8", 6, 5)]
+# The largest runs natively only: ~6 s here, minutes under qemu, and f32 B = 4 covers the path above the
+# budget emulated.
+CASES = [pytest.param(f, b, k, id=f"{f}-B{b}-K{k}", marks=[pytest.mark.native_only] if (f, b) == ("q8", 6) else [])
+         for f, b, k in [("f32", 2, 2), ("f32", 4, 4), ("bf16", 3, 3), ("q8", 3, 4), ("q8", 6, 5)]]
 
 
-@pytest.mark.parametrize("fmt,batch,k", CASES, ids=[f"{f}-B{b}-K{k}" for f, b, k in CASES])
+@pytest.mark.parametrize("fmt,batch,k", CASES)
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_each_sequence_is_verify_hidden_on_its_rows(sv, monkeypatch, fmt, batch, k, temperature):
     hr = mod(sv, "hidden_reference")
