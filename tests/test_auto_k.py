@@ -347,18 +347,19 @@ def test_a_plain_step_probes_the_draft_and_judges_it_by_the_emitted_token(sv, gr
     rec = _Recording(sv, 0)  # "auto" that always picks a plain step
     draft = _CountingDraft(token=2)
     kw = {} if greedy else dict(warping=dict(temperature=0.8))
-    sleepy = SleepTarget(tables, lambda n: 1.0)  # 20 ms an eval: a probe's microseconds are cheap beside it
+    # 60 ms an eval: a probe's microseconds (a millisecond under qemu) are cheap beside it.
+    sleepy = SleepTarget(tables, lambda n: 3.0)
     logits_target = (lambda p, t: torch.log(sleepy(p, t))) if not greedy else sleepy
     dec = sv.SpeculativeDecoder(draft, logits_target, k=rec.model, greedy=greedy,
                                 generator=torch.Generator().manual_seed(3), **kw)
-    out = dec.generate(torch.tensor([0, 1]), max_new=25).tolist()
+    out = dec.generate(torch.tensor([0, 1]), max_new=12).tolist()
     # The probe never changes the output: the same run as a fixed k = 0 decoder with the same uniforms.
     plain = sv.SpeculativeDecoder(draft, logits_target, k=0, greedy=greedy,
                                   generator=torch.Generator().manual_seed(3), **kw)
-    assert plain.generate(torch.tensor([0, 1]), max_new=25).tolist() == out
+    assert plain.generate(torch.tensor([0, 1]), max_new=12).tolist() == out
     emitted = out[2:]
     probes = rec.model.seen
-    assert len(probes) == 25 and draft.calls[:24] == [1] * 24
+    assert len(probes) == 12 and draft.calls[:11] == [1] * 11
     for j, (seq, asked, got, hit, probs) in enumerate(probes[:-1]):  # the last step has nothing left to draft
         assert (asked, got) == (1, 1)
         assert hit == int(emitted[j] == 2)  # judged against the token the step emitted
@@ -369,13 +370,13 @@ def test_a_plain_step_probes_the_draft_and_judges_it_by_the_emitted_token(sv, gr
                                 .double() / 0.8, -1)
             assert probs == pytest.approx([float(row[2])], rel=1e-5)
     assert probes[-1][1:3] == (0, 0)
-    assert dec.stats.k_per_round == [0] * 25 and dec.stats.drafted == 0  # probes are not proposals
+    assert dec.stats.k_per_round == [0] * 12 and dec.stats.drafted == 0  # probes are not proposals
 
 
 def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv):
     tables = Tables(target_zeros=False)
-    target = SleepTarget(tables, lambda n: 1.0)  # 20 ms an eval
-    for seconds, probed_always in ((0.0, True), (0.5 * UNIT, False)):  # a draft token at 0 and at 50% of c(1)
+    target = SleepTarget(tables, lambda n: 3.0)  # 60 ms an eval (a free draft's call: a millisecond under qemu)
+    for seconds, probed_always in ((0.0, True), (1.5 * UNIT, False)):  # a draft token at 0 and at 50% of c(1)
         rec = _Recording(sv, 0)
         draft = _CountingDraft(token=1, seconds=seconds)
         sv.SpeculativeDecoder(draft, target, k=rec.model).generate(torch.tensor([0]), max_new=8)
