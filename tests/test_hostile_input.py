@@ -54,7 +54,14 @@ SIGNATURES = {
                              ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
     "sample_draft": (["draft_logits"], ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
     "warp_probs": (["logits"], ["temperature", "top_k", "top_p", "min_p", "normalize"]),
+    # Hidden states in: the LM head inside the op; the reference is hidden_reference's (pure torch).
+    "verify_hidden": (["hidden", "head", "draft_tokens", "draft_logits"],
+                      ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
+    "verify_hidden_batched": (["hidden", "head", "draft_tokens", "num_draft_tokens", "draft_logits"],
+                              ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
+    "sample_hidden": (["hidden", "head"], ["temperature", "top_k", "top_p", "min_p", "generator", "uniforms"]),
 }
+HIDDEN_OPS = ("verify_hidden", "verify_hidden_batched", "sample_hidden")
 COUNTS = {"cases": 0, "raised": 0, "agreed_results": 0}
 
 # ----------------------------------------------------------------------------
@@ -118,6 +125,8 @@ def _hostile(name: str, value, shape, draw):
         return draw(st.sampled_from(SCALARS))
     if name == "top_k":
         return draw(st.sampled_from(TOP_KS))
+    if name == "head":
+        return draw(st.sampled_from(["head", None, 3, torch.randn(vocab, 4), [[0.5]]]))
     if name == "generator":
         return draw(st.sampled_from([3, "gen", object(), torch.Generator().manual_seed(1), torch.tensor(1.0)]))
     if name == "normalize":
@@ -197,11 +206,34 @@ def _valid(sv, op: str, draw, gen):
     if op.endswith("ragged"):
         batch = draw(st.integers(0, 4))
         _ragged_pool(pool, draw, gen, vocab, dtype, batch=batch, k=k, logits=logits)
+    if op in HIDDEN_OPS:
+        _hidden_pool(sv, pool, op, draw, gen, vocab, dtype, lead, k)
     if op == "sample_draft" and pool["uniforms"] is not None:
         pool["uniforms"] = torch.rand(target.reshape(-1, vocab).shape[0], generator=gen, dtype=torch.float64)
     positional, keywords = SIGNATURES[op]
     args = {name: pool[name] for name in positional + keywords}
     return args, (batch, k, vocab)
+
+
+def _hidden_pool(sv, pool, op, draw, gen, vocab, dtype, lead, k):
+    # A dense head [V, d] (float32 / bf16 / f16, a bias at times), hidden rows [*lead, K+1, d]
+    # ([n, d] for sample_hidden), draft logits [*lead, K, V] or None (point masses), and draft
+    # tokens each draft row's argmax (in every warped support).
+    dim = draw(st.sampled_from([1, 5, 16, 40]))
+    weight = (torch.randn(vocab, dim, generator=gen) * 0.5).to(draw(st.sampled_from(
+        [torch.float32, torch.bfloat16, torch.float16])))
+    bias = torch.randn(vocab, generator=gen) if draw(st.booleans()) else None
+    rows = (draw(st.integers(1, 4)),) if op == "sample_hidden" else (*lead, k + 1)
+    draft = (torch.randn(*lead, k, vocab, generator=gen) * 3).to(dtype) if draw(st.booleans()) else None
+    pool.update({
+        "head": sv.LMHead(weight, bias=bias),
+        "hidden": torch.randn(*rows, dim, generator=gen).to(dtype),
+        "draft_logits": draft,
+        "draft_tokens": draft.float().argmax(-1) if draft is not None else torch.randint(0, vocab, (*lead, k),
+                                                                                          generator=gen),
+    })
+    if pool["uniforms"] is not None:
+        pool["uniforms"] = torch.rand(*rows, generator=gen, dtype=F64)  # one per row: the ops' own layout
 
 
 def _ragged_pool(pool, draw, gen, vocab, dtype, batch, k, logits=False):
@@ -234,6 +266,11 @@ def _ragged_pool(pool, draw, gen, vocab, dtype, batch, k, logits=False):
     })
 
 
+def _module(sv, name):
+    import importlib
+    return importlib.import_module(f"{sv.__name__}.{name}")
+
+
 def _run(fn, args, op, seed):
     positional, keywords = SIGNATURES[op]
     kw = {name: args[name] for name in keywords}
@@ -258,8 +295,11 @@ def _same(a, b) -> bool:
 def _check_case(sv, op, args):
     COUNTS["cases"] += 1
     names = SIGNATURES[op][0] + SIGNATURES[op][1]
+    if op in HIDDEN_OPS:
+        names = names + ["logits["]  # the head's logits of `hidden`, named as verify_logits names its rows
+    reference = _module(sv, "hidden_reference") if op in HIDDEN_OPS else sv.reference
     ours, our_exc = _run(getattr(sv, op), args, op, seed=7)
-    ref, ref_exc = _run(getattr(sv.reference, op), args, op, seed=7)
+    ref, ref_exc = _run(getattr(reference, op), args, op, seed=7)
     for path, exc in (("kernel", our_exc), ("reference", ref_exc)):
         if exc is None:
             continue
