@@ -179,7 +179,7 @@ class AutoCost:
         Yes while the draft's measured cost per token (a median of at least
         ``_MIN_SAMPLES``: a first call's warm-up is no verdict) is at most
         ``_PROBE_SHARE`` of a one-position target eval: a prompt lookup
-        (~10-30 us) always is; a draft model is tried a few times, then left alone.
+        (~20-50 us) always is; a draft model is tried a few times, then left alone.
         """
         draft, base = self._draft_per_token.get(batch), self._target.get((batch, 1))
         if not draft or len(draft) < _MIN_SAMPLES or not base:
