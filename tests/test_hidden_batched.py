@@ -12,19 +12,14 @@ Bad input is named alike on the wrapper, the reference and the raw op.
 
 from __future__ import annotations
 
-import importlib
 import re
 
 import pytest
 import torch
 
-from tests.test_hidden import budget_head, q8_0_blocks
+from tests.test_hidden import budget_head, mod, q8_0_blocks
 
 F64 = torch.float64
-
-
-def mod(sv, name):
-    return importlib.import_module(f"{sv.__name__}.{name}")
 
 
 def batch_case(sv, gen, head, batch, k, counts=None):

@@ -26,6 +26,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.test_hidden import mod
+
 EXAMPLES = int(os.environ.get("SV_HOSTILE_EXAMPLES", "60"))
 LONG_RUN = "SV_HOSTILE_EXAMPLES" in os.environ
 NAMED = (ValueError, TypeError, IndexError)
@@ -266,11 +268,6 @@ def _ragged_pool(pool, draw, gen, vocab, dtype, batch, k, logits=False):
     })
 
 
-def _module(sv, name):
-    import importlib
-    return importlib.import_module(f"{sv.__name__}.{name}")
-
-
 def _run(fn, args, op, seed):
     positional, keywords = SIGNATURES[op]
     kw = {name: args[name] for name in keywords}
@@ -297,7 +294,7 @@ def _check_case(sv, op, args):
     names = SIGNATURES[op][0] + SIGNATURES[op][1]
     if op in HIDDEN_OPS:
         names = names + ["logits["]  # the head's logits of `hidden`, named as verify_logits names its rows
-    reference = _module(sv, "hidden_reference") if op in HIDDEN_OPS else sv.reference
+    reference = mod(sv, "hidden_reference") if op in HIDDEN_OPS else sv.reference
     ours, our_exc = _run(getattr(sv, op), args, op, seed=7)
     ref, ref_exc = _run(getattr(reference, op), args, op, seed=7)
     for path, exc in (("kernel", our_exc), ("reference", ref_exc)):

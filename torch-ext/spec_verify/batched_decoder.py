@@ -444,7 +444,6 @@ class _DecodeLoop:
                 next_tokens.append(argmax[at + a])
                 at += k_b + 1
             return accepted, next_tokens
-
         uniforms = self._uniforms((n, k_round + 1))
         with self._naming_the_round():
             accepted, next_tokens = verify_hidden_batched(
