@@ -167,17 +167,33 @@ constexpr int kPairs = 2;
 constexpr int kPairs = 1;
 #endif
 
+// Software prefetch this far ahead of the ids being multiplied. Why: with few rows
+// the loop issues few loads per cycle, and the hardware prefetchers alone left one
+// row of a bf16 head at ~1.6x the time of one sum over its bytes (measured on a
+// Sapphire Rapids core). A prefetch changes no arithmetic: the function is the same.
+constexpr int64_t kPrefetchBytes = 8192;
+
 template <int G, int P, typename Loader>
 inline int64_t ids_dots(const HeadTile& t, int64_t r0, int64_t v, const Loader& ld) {
   const float* h = t.hidden + r0 * t.padded_dim;
   const int64_t chunks = ld.chunks();
+  const int64_t ahead = (kPrefetchBytes + t.row_bytes - 1) / t.row_bytes;   // ids ahead
+  const int64_t lines = (P * t.row_bytes + 63) / 64;                         // cache lines of P ids
+  const int64_t per_chunk = (lines + chunks - 1) / chunks;                   // prefetched per chunk
   for (; v + P <= t.end; v += P) {
     L16 acc[P][G];
     for (int p = 0; p < P; ++p) {
       for (int g = 0; g < G; ++g) acc[p][g] = l16_zero();
     }
+    const bool prefetch = v + ahead + P <= t.end;
+    const uint8_t* next = t.weight + (v + ahead) * t.row_bytes;
     constexpr int S = Loader::kStep;
     for (int64_t c = 0; c < chunks; c += S) {  // chunks is a multiple of S
+      if (prefetch) {
+        for (int64_t l = c * per_chunk; l < std::min(lines, (c + S) * per_chunk); ++l) {
+          __builtin_prefetch(next + l * 64, 0, 3);
+        }
+      }
       L16 w[P][S];
       for (int p = 0; p < P; ++p) ld.get(t.weight + (v + p) * t.row_bytes, c, w[p]);
       for (int s = 0; s < S; ++s) {  // chunk c + s, in element order for every lane
