@@ -123,7 +123,10 @@ class _Sequence:
             grown = torch.empty(max(2 * len(self.buffer), self.length + len(new)), dtype=torch.int64)
             grown[: self.length] = self.buffer[: self.length]
             self.buffer = grown
-        self.buffer[self.length : self.length + len(new)] = torch.tensor(new, dtype=torch.int64)
+        if len(new) == 1:  # a plain step's token: one scalar store, not a tensor made and copied
+            self.buffer[self.length] = new[0]
+        else:
+            self.buffer[self.length : self.length + len(new)] = torch.tensor(new, dtype=torch.int64)
         self.length += len(new)
         if self.stopped_by is None and self.left == 0:
             self.stopped_by = "max_new"
@@ -233,7 +236,7 @@ class _DecodeLoop:
         probe = None
         if max(budgets) == 0:
             # A plain step (k = 0, or the last token of every sequence): nothing to draft.
-            draft_tokens, draft_rows = torch.empty((len(active), 0), dtype=torch.int64), None
+            draft_tokens, draft_rows = self._no_draft(len(active)), None
             if self.auto is not None and max(caps) > 0 and self.auto.probe_is_cheap(len(active)):
                 # k="auto" chose a plain step: ask a cheap draft for one token anyway, never verified,
                 # judged against the token the step emits (DESIGN.md, "k = auto": the probe).
@@ -458,6 +461,18 @@ class _DecodeLoop:
         return verify_hidden(hidden, self.head, draft_tokens, draft_rows, uniforms=uniforms, method=self.method,
                              **self.warping.kwargs())
 
+    def _no_draft(self, n: int) -> torch.Tensor:
+        """A plain step's ``[n, 0]`` draft tokens, made once per batch size.
+
+        Why cached: after a target eval has evicted the caches, each distinct
+        torch call costs ~20-40 us, and a tiny model's plain step is ~2 ms
+        (the shipped pair on llama.cpp): every call saved is ~1% of a step.
+        """
+        cache = self.__dict__.setdefault("_no_drafts", {})
+        if n not in cache:
+            cache[n] = torch.empty((n, 0), dtype=torch.int64)
+        return cache[n]
+
     def _uniforms(self, shape: tuple) -> torch.Tensor:
         """The round's float64 uniforms, drawn from ``generator`` as the ops would draw them.
 
@@ -478,7 +493,8 @@ class _DecodeLoop:
         for i, b in enumerate(active):
             self.stats.record_round(budgets[i], accepted[i])
             seq = sequences[b]
-            new = seq.append(draft_tokens[i, : accepted[i]].tolist() + [int(next_tokens[i])], self.eos_token_ids)
+            kept = draft_tokens[i, : accepted[i]].tolist() if accepted[i] else []
+            new = seq.append(kept + [int(next_tokens[i])], self.eos_token_ids)
             if on_commit is not None:
                 on_commit(b, torch.tensor(new, dtype=torch.int64))
             if seq.stopped_by is None:

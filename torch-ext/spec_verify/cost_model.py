@@ -108,6 +108,9 @@ class AutoCost:
         self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._other: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._retries: dict = collections.defaultdict(int)  # (batch size, positions) -> rounds the re-measure rule chose it
+        # Medians kept until a sample changes them: choose() runs every round, and statistics.median
+        # over every measured size each round costs a tiny model's round ~1% (sort in Python, cold caches).
+        self._medians: dict = {}  # ("target", batch) -> {positions: s}; ("draft" | "other", batch) -> s
         # sequence -> decayed counts per position: accepted, judged (acceptance); extended, reached (reach)
         self._evidence: dict = {}
 
@@ -132,7 +135,11 @@ class AutoCost:
         self._target[(batch, drafted + 1)].append(target_s)
         if k_asked:
             self._draft_per_token[batch].append(draft_s / k_asked)
+            self._medians.pop(("draft", batch), None)
         self._other[batch].append(rest_s)
+        self._medians.pop(("target", batch), None)
+        self._medians.pop(("costs", batch), None)
+        self._medians.pop(("other", batch), None)
         for outcome in outcomes:
             seq, n_asked, n_drafted, n_accepted = outcome[:4]
             probs = outcome[4] if len(outcome) > 4 else None
@@ -161,8 +168,10 @@ class AutoCost:
 
     def alpha(self, seq) -> list:
         """The estimated acceptance of ``seq`` at positions ``0 .. k_max-1`` (given the position is proposed)."""
-        acc, judged, _, _ = self._evidence.get(seq, [[0.0] * self.k_max for _ in range(4)])
-        return _shrunk(acc, judged, _PRIOR_ALPHA)
+        evidence = self._evidence.get(seq)
+        if evidence is None:
+            return _shrunk([0.0] * self.k_max, [0.0] * self.k_max, _PRIOR_ALPHA)
+        return _shrunk(evidence[0], evidence[1], _PRIOR_ALPHA)
 
     def reach(self, seq) -> list:
         """``P(the draft proposes position i | it proposed i - 1 and was asked for i)`` for ``seq``.
@@ -170,8 +179,10 @@ class AutoCost:
         1 for a draft that always proposes what it is asked; a prompt lookup's
         matches run out (a quote ends), or do not exist (prose).
         """
-        _, _, ext, reached = self._evidence.get(seq, [[0.0] * self.k_max for _ in range(4)])
-        return _shrunk(ext, reached, _PRIOR_REACH)
+        evidence = self._evidence.get(seq)
+        if evidence is None:
+            return _shrunk([0.0] * self.k_max, [0.0] * self.k_max, _PRIOR_REACH)
+        return _shrunk(evidence[2], evidence[3], _PRIOR_REACH)
 
     def probe_is_cheap(self, batch: int) -> bool:
         """May a plain step ask the draft for one token it will not verify (the probe)?
@@ -181,10 +192,10 @@ class AutoCost:
         ``_PROBE_SHARE`` of a one-position target eval: a prompt lookup
         (~20-50 us) always is; a draft model is tried a few times, then left alone.
         """
-        draft, base = self._draft_per_token.get(batch), self._target.get((batch, 1))
-        if not draft or len(draft) < _MIN_SAMPLES or not base:
+        draft, base = self._draft_per_token.get(batch), self._measured(batch).get(1)
+        if not draft or len(draft) < _MIN_SAMPLES or base is None:
             return True
-        return statistics.median(draft) <= _PROBE_SHARE * statistics.median(base)
+        return self._median("draft", batch, self._draft_per_token) <= _PROBE_SHARE * base
 
     def target_cost(self, batch: int, positions: int, measured: dict | None = None):
         """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet).
@@ -212,8 +223,18 @@ class AutoCost:
         return measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
 
     def _measured(self, batch: int) -> dict:
-        """``{positions: median seconds}`` of the target evals measured at ``batch``."""
-        return {n: statistics.median(s) for (b, n), s in self._target.items() if b == batch and s}
+        """``{positions: median seconds}`` of the target evals measured at ``batch`` (kept until ``record``)."""
+        key = ("target", batch)
+        if key not in self._medians:
+            self._medians[key] = {n: statistics.median(s) for (b, n), s in self._target.items() if b == batch and s}
+        return self._medians[key]
+
+    def _median(self, name: str, batch: int, samples: dict) -> float:
+        """The median of ``samples[batch]`` (non-empty), kept until ``record`` adds to it."""
+        key = (name, batch)
+        if key not in self._medians:
+            self._medians[key] = statistics.median(samples[batch])
+        return self._medians[key]
 
     def expected_tokens(self, seqs: list, caps: list) -> tuple:
         """``(E[tokens | k] summed over seqs for k = 0 .. k_max, [(reach, cap) per seq])``.
@@ -249,10 +270,8 @@ class AutoCost:
             # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
             # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
             return 0, None
-        draft = self._draft_per_token.get(batch)
-        c_draft = statistics.median(draft) if draft else 0.0
-        other = self._other.get(batch)
-        c_other = statistics.median(other) if other else 0.0
+        c_draft = self._median("draft", batch, self._draft_per_token) if self._draft_per_token.get(batch) else 0.0
+        c_other = self._median("other", batch, self._other) if self._other.get(batch) else 0.0
         tokens, reaches = self.expected_tokens(seqs, caps)
         costs = self._expected_target_costs(batch, reaches, self._measured(batch))
         candidates = []  # (rate, -k, tokens, seconds): ties go to the smaller k
@@ -291,7 +310,10 @@ class AutoCost:
                 row.append(p)
             rows.append(row)
         ge = [1.0] + [1.0 - math.prod(1.0 - row[j] for row in rows) for j in range(1, self.k_max + 1)]
-        cost = [self.target_cost(batch, j + 1, measured) for j in range(self.k_max + 1)]  # c(j + 1), or None
+        key = ("costs", batch)
+        if key not in self._medians:  # c(j + 1), or None: priced once per new sample, not every round
+            self._medians[key] = [self.target_cost(batch, j + 1, measured) for j in range(self.k_max + 1)]
+        cost = self._medians[key]
         out, head, priced = [], 0.0, True  # head: sum_{j<k} (G_j - G_{j+1}) c(j+1); priced: no None in it
         for k in range(self.k_max + 1):
             if ge[k] <= 0.0:

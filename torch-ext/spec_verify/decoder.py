@@ -317,9 +317,10 @@ class SpeculativeDecoder(_DecodeLoop):
     def _verify(self, target_rows, draft_tokens, draft_rows) -> tuple[int, int]:
         """``(accepted count, correction or bonus token)``; op errors re-raised naming the round."""
         k_round = len(draft_tokens)
-        check_draft_against_target(draft_tokens[None], [k_round], draft_rows, self._vocab,
-                                   f"draft_step(prefix, k={k_round})", self._rows,
-                                   sampled_probs=not self._argmax_only and self.warping is None, batched=False)
+        if k_round or draft_rows is not None:  # a plain step has no draft to check
+            check_draft_against_target(draft_tokens[None], [k_round], draft_rows, self._vocab,
+                                       f"draft_step(prefix, k={k_round})", self._rows,
+                                       sampled_probs=not self._argmax_only and self.warping is None, batched=False)
         with _round_errors(self.stats.batch_rounds, self._rows):
             if self.head is not None:
                 uniforms = None if self._argmax_only else self._uniforms((k_round + 1,))

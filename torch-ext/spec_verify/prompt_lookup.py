@@ -45,25 +45,35 @@ __all__ = ["PromptLookupDraft"]
 
 def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> torch.Tensor:
     """Up to ``k`` tokens after the latest earlier occurrence of the longest matching suffix n-gram."""
-    length = prefix.shape[0]
+    seq = prefix.tolist()
+    length = len(seq)
     top = min(max_ngram, length - 1)
     if top < min_ngram:
-        return prefix.new_empty(0)
+        return _EMPTY
     # An earlier occurrence of any suffix n-gram ends at an earlier copy of the last token: find
-    # those once (one vectorized compare), then check the longer n-grams at them in Python --
-    # a decode calls this every round (and k="auto"'s probe every plain step), so a few
-    # microseconds matter, and an earlier copy of the last token is rare.
-    ends = (prefix[: length - 1] == prefix[length - 1]).nonzero().flatten().tolist()
-    if not ends:
-        return prefix.new_empty(0)
-    seq = prefix.tolist() if top > 1 else None
+    # those (latest first) by list.index on the reversed prefix, then check the longer n-grams at
+    # them. One torch call in, one out: a decode calls this every round (and k="auto"'s probe
+    # every plain step) right after a target eval has evicted the caches, where each torch call
+    # costs tens of microseconds and list operations stay at C speed.
+    last, before = seq[-1], seq[-2::-1]  # before[j] = seq[length - 2 - j]
+    ends, j = [], -1
+    while True:
+        try:
+            j = before.index(last, j + 1)
+        except ValueError:
+            break
+        ends.append(length - 2 - j)
     for n in range(top, min_ngram - 1, -1):
         # Ends e in [n - 1, length - 2]: the n-gram seq[e - n + 1 : e + 1], never the suffix itself.
-        suffix = seq[length - n:] if n > 1 else None
-        for e in reversed(ends):
-            if n == 1 or (e >= n - 1 and seq[e - n + 1: e + 1] == suffix):
-                return prefix[e + 1: e + 1 + k].clone()  # the latest occurrence's continuation
-    return prefix.new_empty(0)
+        suffix = seq[length - n:]
+        for e in ends:
+            if e >= n - 1 and seq[e - n + 1: e + 1] == suffix:
+                return torch.tensor(seq[e + 1: e + 1 + k], dtype=torch.int64)  # the latest occurrence's continuation
+    return _EMPTY
+
+
+# No proposal: one shared 0-element int64 tensor (nothing in it to modify), not a new one per call.
+_EMPTY = torch.empty(0, dtype=torch.int64)
 
 
 # ----------------------------------------------------------------------------
@@ -136,7 +146,7 @@ class PromptLookupDraft:
         """
         k = check_int("k", k, 0)
         prefix = _as_prefix(prefix, "prefix")
-        tokens = _lookup(prefix, k, self.max_ngram, self.min_ngram) if k else prefix.new_empty(0)
+        tokens = _lookup(prefix, k, self.max_ngram, self.min_ngram) if k else _EMPTY
         self.calls += 1
         self.proposed += len(tokens)
         self.empty += int(len(tokens) == 0)
