@@ -574,6 +574,74 @@ def test_reference_equals_verify_logits_on_its_logits(sv):
         assert sv.verify_hidden(h, head, toks, temperature=0.0) == sv.verify_greedy(logits, toks)
 
 
+class _CountingOps:
+    """``hidden.ops`` with its ``hidden_logits`` calls counted (rows per call): a witness of the passes."""
+
+    def __init__(self, ops):
+        self._ops, self.calls = ops, []
+
+    def __getattr__(self, name):
+        attr = getattr(self._ops, name)
+        if name != "hidden_logits":
+            return attr
+
+        def counted(h, *args):
+            self.calls.append(h.shape[0])
+            return attr(h, *args)
+        return counted
+
+
+@pytest.mark.parametrize("dim", [64, 2])  # d = 2: the logits outgrow the head's bytes, the lazy path
+def test_cut_and_soft_cap_calls_read_the_head_once_and_decide_as_the_reference(sv, monkeypatch, dim):
+    """Top-k / top-p / min-p, draft logits, block and a soft-capped head (not the one-pass op's):
+    one ``hidden_logits`` pass for every row while the logits fit in the head's bytes, a pass per
+    row read beyond; either way the pure-torch reference's decisions, bit for bit."""
+    hidden_mod, hr, lm = mod(sv, "hidden"), mod(sv, "hidden_reference"), mod(sv, "lm_head")
+    counting = _CountingOps(hidden_mod.ops)
+    monkeypatch.setattr(hidden_mod, "ops", counting)
+    gen = torch.Generator().manual_seed(31 + dim)
+    vocab, k = 700, 4
+    w = torch.randn(vocab, dim, generator=gen) * (0.2 if dim > 2 else 2.0)
+    head_list = [sv.LMHead(w), sv.LMHead(w.to(torch.bfloat16), softcap=3.0)]
+    if dim % 32 == 0:
+        head_list.append(sv.LMHead.q8_0(q8_0_blocks(w), dim))
+    fits = dim == 64
+    for head in head_list:
+        for kw in ({"temperature": 0.9, "top_k": 40}, {"temperature": 1.1, "top_p": 0.8},
+                   {"temperature": 0.7, "min_p": 0.05}, {"temperature": 1.0, "method": "block"}):
+            warp = {n: v for n, v in kw.items() if n != "method"}
+            for trial in range(4):
+                h = torch.randn(k + 1, dim, generator=gen)
+                logits = lm.reference_logits(head, h)
+                # Proposals the target likes (some accepted): its own draws, one swapped for a random id.
+                toks = sv.sample_draft(logits[:k], generator=gen, **warp)
+                toks[trial % k] = int(torch.randint(vocab, (1,), generator=gen))
+                u = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+                draft = None if kw.get("method") == "block" and trial % 2 else \
+                    (logits[:k] + torch.randn(k, vocab, generator=gen) if trial % 2 else None)
+                if draft is not None:
+                    toks = sv.sample_draft(draft, generator=gen, **warp)
+                counting.calls.clear()
+                got = sv.verify_hidden(h, head, toks, draft, uniforms=u, **kw)
+                assert got == hr.verify_hidden(h, head, toks, draft, uniforms=u, **kw), (head, kw, trial)
+                if fits:
+                    assert counting.calls == [k + 1], counting.calls  # one pass for all rows
+                else:
+                    # One row per pass, each when first read (the soft-capped head: the pure reference).
+                    assert (counting.calls == [] if head.softcap is not None else
+                            counting.calls and set(counting.calls) == {1} and len(counting.calls) <= k + 1)
+            counting.calls.clear()
+            us = torch.rand(k + 1, dtype=torch.float64, generator=gen)
+            assert torch.equal(sv.sample_hidden(h, head, uniforms=us, **warp),
+                               hr.sample_hidden(h, head, uniforms=us, **warp))
+            if set(warp) == {"temperature"} and head.softcap is None:  # the one-pass sample_hidden op itself
+                assert counting.calls == []
+            elif fits:
+                assert counting.calls == [k + 1]
+            else:
+                assert counting.calls == ([] if head.softcap is not None else [1] * (k + 1))
+
+
 def test_sample_hidden_equals_sample_draft_on_the_logits(sv):
     lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
     gen = torch.Generator().manual_seed(2)

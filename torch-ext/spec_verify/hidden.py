@@ -15,11 +15,17 @@ Where each call runs:
   drafts (``draft_logits=None``), greedy or temperature only (no top-k,
   top-p, min-p); ``verify_hidden_batched`` makes one pass for the rows of
   every sequence;
-* other CPU calls without soft-cap: the reference's decision loop over rows
-  computed by the C++ ``hidden_logits`` (the same logits bit for bit), one
-  row when first read -- exact, lazy, but a pass over the weights per row;
-* a soft-capped head, or another device: the pure-torch reference
-  (``hidden_reference.py``).
+* other CPU calls (top-k, top-p, min-p, draft logits, block verification, a
+  soft-capped head): every row's logits by one pass of the C++
+  ``hidden_logits`` (the reference's logits bit for bit, the soft-cap applied
+  by the reference's own expression), then ``verify_logits`` (or its batched
+  form, or ``sample_draft``) on them -- the C++ ops of logits in. The
+  ``[rows, V]`` logits are written here, unlike the one-pass op: a streaming
+  candidate set for the cuts is not built yet. Bounded: while the logits are
+  at most the head's own bytes (Gemma's Q8_0 head: 170 rows), else
+  the reference's decision loop over rows computed by ``hidden_logits`` one
+  when first read (a pass over the weights per row);
+* another device: the pure-torch reference (``hidden_reference.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from . import hidden_reference
 from ._dispatch import runs_in_cpp
 from ._ops import ops
 from .lm_head import LMHead
+from .logits import sample_draft, verify_logits, verify_logits_batched
 
 __all__ = ["verify_hidden", "verify_hidden_batched", "sample_hidden"]
 
@@ -49,6 +56,32 @@ def _one_pass(cpu: bool, head: LMHead, draft_logits, method: str, warp) -> bool:
 def _cpp_logits(head: LMHead):
     # One row (or a few) of the head's logits by the C++ op: reference_logits bit for bit.
     return lambda h: ops.hidden_logits(h, head.weight, head.bias, head.format_code, head.dim)
+
+
+def _all_rows_fit(rows: int, head: LMHead) -> bool:
+    # The [rows, V] float32 logits of one pass are at most the head's own bytes: never more memory
+    # than the weights being read (the module's docstring).
+    return rows * head.vocab * 4 <= head.weight.numel() * head.weight.element_size()
+
+
+def _all_logits(hidden: torch.Tensor, head: LMHead) -> torch.Tensor:
+    """``[n, V]`` float32: the head's logits of ``hidden [n, d]`` by one pass over the weights.
+
+    ``reference_logits`` bit for bit: the C++ ``hidden_logits``, then the
+    soft-cap by the reference's own float32 expression.
+    """
+    z = ops.hidden_logits(hidden, head.weight, head.bias, head.format_code, head.dim)
+    if head.softcap is not None:
+        cap = torch.tensor(head.softcap, dtype=torch.float32)
+        z = torch.mul(torch.tanh(torch.div(z, cap)), cap)
+    return z
+
+
+def _point_masses(draft_tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    # draft_logits=None: logits rows of -inf with 0 at each draft token, which every warping keeps
+    # a point mass (batched_decoder.point_mass_rows; verify_logits then runs the point-mass rule).
+    rows = torch.full((*draft_tokens.shape, vocab), float("-inf"), dtype=torch.float32)
+    return rows.scatter_(-1, draft_tokens.to(torch.int64).unsqueeze(-1), 0.0)
 
 
 def verify_hidden(
@@ -130,6 +163,11 @@ def verify_hidden(
         n_accepted, next_token = ops.verify_hidden(hidden, head.weight, head.bias, draft_tokens, head.format_code,
                                                    head.dim, float(temperature), uniforms, generator).tolist()
         return n_accepted, next_token
+    if cpu and _all_rows_fit(hidden.shape[0], head):
+        logits = _all_logits(hidden, head)  # [K+1, V]
+        draft = _point_masses(draft_tokens, head.vocab) if draft_logits is None else draft_logits.float()
+        return verify_logits(logits, draft, draft_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                             min_p=min_p, generator=generator, uniforms=uniforms, method=method)
     logits_fn = _cpp_logits(head) if cpu and head.softcap is None else None
     return hidden_reference.verify_hidden(
         hidden, head, draft_tokens, draft_logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -230,6 +268,13 @@ def verify_hidden_batched(
     if _one_pass(cpu, head, draft_logits, method, warp):
         return ops.verify_hidden_batched(hidden, head.weight, head.bias, draft_tokens, num_draft_tokens,
                                          head.format_code, head.dim, float(temperature), uniforms, generator)
+    batch, width = hidden.shape[0], hidden.shape[1]
+    if cpu and _all_rows_fit(batch * width, head):
+        logits = _all_logits(hidden.reshape(batch * width, -1), head).view(batch, width, head.vocab)  # [B, K+1, V]
+        draft = _point_masses(draft_tokens, head.vocab) if draft_logits is None else draft_logits.float()
+        return verify_logits_batched(logits, draft, draft_tokens, num_draft_tokens, temperature=temperature,
+                                     top_k=top_k, top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms,
+                                     method=method)
     logits_fn = _cpp_logits(head) if cpu and head.softcap is None else None
     return hidden_reference.verify_hidden_batched(
         hidden, head, draft_tokens, num_draft_tokens, draft_logits, temperature=temperature, top_k=top_k,
@@ -291,6 +336,9 @@ def sample_hidden(
     if cpu and head.softcap is None and _temperature_only(warp, head.vocab):
         return ops.sample_hidden(hidden, head.weight, head.bias, head.format_code, head.dim, float(temperature),
                                  uniforms, generator)
+    if cpu and hidden.shape[0] and _all_rows_fit(hidden.shape[0], head):
+        return sample_draft(_all_logits(hidden, head), temperature=temperature, top_k=top_k, top_p=top_p,
+                            min_p=min_p, generator=generator, uniforms=uniforms).view(-1)
     logits_fn = _cpp_logits(head) if cpu and head.softcap is None else None
     return hidden_reference.sample_hidden(hidden, head, temperature=temperature, top_k=top_k, top_p=top_p,
                                           min_p=min_p, generator=generator, uniforms=uniforms, logits_fn=logits_fn)
