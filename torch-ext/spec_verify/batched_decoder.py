@@ -68,7 +68,7 @@ from .decode_checks import (
 from .cost_model import AutoCost
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping, carried
-from .hidden import sample_hidden, verify_hidden, verify_hidden_batched
+from .hidden import verify_hidden, verify_hidden_batched
 from .lm_head import LMHead
 from .logits import verify_logits_batched, warp_probs
 from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
@@ -417,36 +417,23 @@ class _DecodeLoop:
         return accepted.tolist(), next_tokens.tolist()
 
     def _verify_hidden_round(self, hidden, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
-        """``head=``: one pass over the head for the whole batch, greedy or sampled.
+        """``head=``: one ``verify_hidden_batched`` call (one pass over the head for the whole batch).
 
-        Greedy: the argmax of every sequence's ``k_b + 1`` rows by one
-        ``sample_hidden`` call (one read of the weights for all of them), then
-        ``verify_greedy``'s rule per sequence (accept while the draft token is
-        the argmax; the next token is the argmax where that stops). Unlike
-        ``verify_hidden``, rows after a rejection are read too (their argmax
-        is unused): a NaN there raises. Sampled: one ``verify_hidden_batched``
-        call, with the batch's uniforms in the batched layout (sequence ``b``:
+        Greedy: ``verify_greedy``'s rule per sequence on the head's logits
+        (accept while the draft token is the argmax; the next token is the
+        argmax where that stops), rows after a rejection never read -- as
+        ``verify_hidden``. Sampled: with the batch's uniforms in the batched layout (sequence ``b``:
         ``u[b, :k_b]`` for its tests, ``u[b, k_b]`` for its draw), so each
         sequence's result is ``verify_hidden`` on its own rows with those
         uniforms -- the law it has alone -- and the C++ op reads the weights
-        once for the rows of every sequence (point-mass drafts at temperature
-        only; other rounds run the reference per sequence).
+        once for the rows of every sequence (hidden.py: where each call runs).
         """
         n, k_round = draft_tokens.shape
         if self._argmax_only:
             with self._naming_the_round():
-                rows = torch.cat([hidden[b, : k_b + 1] for b, k_b in enumerate(budgets)])
-                argmax = sample_hidden(rows, self.head, temperature=0.0).tolist()
-            accepted, next_tokens, at = [], [], 0
-            for b, k_b in enumerate(budgets):
-                proposed = draft_tokens[b, :k_b].tolist()
-                a = 0
-                while a < k_b and proposed[a] == argmax[at + a]:
-                    a += 1
-                accepted.append(a)
-                next_tokens.append(argmax[at + a])
-                at += k_b + 1
-            return accepted, next_tokens
+                accepted, next_tokens = verify_hidden_batched(
+                    hidden, self.head, draft_tokens, torch.tensor(budgets, dtype=torch.int64), temperature=0.0)
+            return accepted.tolist(), next_tokens.tolist()
         uniforms = self._uniforms((n, k_round + 1))
         with self._naming_the_round():
             accepted, next_tokens = verify_hidden_batched(
