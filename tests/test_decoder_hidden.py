@@ -247,3 +247,42 @@ def test_misuse_is_named(sv):
                                        batched(lambda p, t: hidden_target(p, t).double()), k=2, head=head)
     with pytest.raises(TypeError, match="target_hidden of dtype"):
         dec.generate([torch.tensor([1])], max_new=4)
+
+
+def test_batched_greedy_head_rounds_never_read_rows_past_a_rejection(sv):
+    """A hidden row after the first rejected draft token is never read (as ``verify_hidden``): NaN there
+    does not raise, and the output is plain greedy's; NaN in a row that is read names the round."""
+    head = make_head(sv, "f32", seed=5)
+
+    def wrong_draft(prefixes, k, rows):  # proposes k tokens, the first never the argmax
+        tokens = torch.stack([torch.tensor([(int(p[-1]) * 7 + i + len(p)) % V for i in range(k)]) for p in prefixes])
+        return tokens, None
+
+    def target_nan_after_first(prefixes, proposed, rows):
+        hidden = batched(hidden_target)(prefixes, proposed, rows)
+        hidden[:, 1:] = float("nan")  # every row after position 0
+        return hidden
+
+    ref = lm_head_module(sv).reference_logits
+    prompts = [[1], [5, 6, 7]]
+    # The draft is rejected at position 0 whenever its token is not the argmax; where it is (rarely),
+    # row 1 is read and its NaN must raise: choose prompts where every first proposal misses.
+    for p in prompts:
+        seq = list(p)
+        for _ in range(12):
+            argmax = int(torch.argmax(ref(head, hidden_at(seq)[None])[0]))
+            assert (seq[-1] * 7 + len(seq)) % V != argmax, "the test's draft must miss at position 0"
+            seq.append(argmax)
+    dec = sv.BatchedSpeculativeDecoder(wrong_draft, target_nan_after_first, k=3, head=head)
+    outs = dec.generate([torch.tensor(p) for p in prompts], max_new=12)
+    assert [o.tolist() for o in outs] == [plain_greedy(sv, head, p, 12) for p in prompts]
+    assert dec.stats.accepted == 0 and dec.stats.drafted > 0
+
+    def target_nan_first(prefixes, proposed, rows):
+        hidden = batched(hidden_target)(prefixes, proposed, rows)
+        hidden[:, 0] = float("nan")
+        return hidden
+
+    with pytest.raises(ValueError, match="round 0"):
+        sv.BatchedSpeculativeDecoder(wrong_draft, target_nan_first, k=3, head=head).generate(
+            [torch.tensor(p) for p in prompts], max_new=4)
