@@ -366,7 +366,8 @@ def test_the_batched_decoder_reports_each_sequences_acceptance_probabilities(sv)
 
 
 class _CountingDraft:
-    """A point-mass draft proposing ``token`` (or nothing when ``token`` is None); counts its calls."""
+    """A point-mass draft proposing ``token`` (or nothing when ``token`` is None), ``seconds`` a token
+    asked for on ``clock``; keeps the ``k`` of each call."""
 
     def __init__(self, token, clock=None, seconds=0.0):
         self.token, self.clock, self.seconds, self.calls = token, clock, seconds, []
@@ -374,7 +375,7 @@ class _CountingDraft:
     def __call__(self, prefix, k):
         self.calls.append(k)
         if self.seconds:
-            self.clock.charge(self.seconds)
+            self.clock.charge(self.seconds * k)
         n = 0 if self.token is None else k
         return torch.full((n,), 0 if self.token is None else self.token, dtype=torch.int64), None
 
@@ -396,8 +397,9 @@ def test_a_plain_step_probes_the_draft_and_judges_it_by_the_emitted_token(sv, cl
     assert plain.generate(torch.tensor([0, 1]), max_new=12).tolist() == out
     emitted = out[2:]
     probes = rec.model.seen
-    assert len(probes) == 12 and draft.calls[:11] == [1] * 11
-    for j, (seq, asked, got, hit, probs) in enumerate(probes[:-1]):  # the last step has nothing left to draft
+    # Looked ahead: asked for all it may propose (k_max = 4, fewer near the end), then k = 0 chosen.
+    assert len(probes) == 11 and draft.calls == [min(4, 11 - j) for j in range(11)]  # the last step: no evidence
+    for j, (seq, asked, got, hit, probs) in enumerate(probes):
         assert (asked, got) == (1, 1)
         assert hit == int(emitted[j] == 2)  # judged against the token the step emitted
         if greedy:
@@ -406,7 +408,6 @@ def test_a_plain_step_probes_the_draft_and_judges_it_by_the_emitted_token(sv, cl
             row = torch.softmax(torch.log(tables.target_step(torch.tensor(out[: 2 + j]), torch.empty(0)))[0]
                                 .double() / 0.8, -1)
             assert probs == pytest.approx([float(row[2])], rel=1e-5)
-    assert probes[-1][1:3] == (0, 0)
     assert dec.stats.k_per_round == [0] * 12 and dec.stats.drafted == 0  # probes are not proposals
 
 
@@ -437,3 +438,63 @@ def test_remeasuring_a_size_the_draft_never_reaches_stops_after_three_tries(sv):
         model.record(1, k, 0, (0.0, 1.0, 0.0), [(0, k, 0, 0)])
     # k = 1 is within 0.8x of plain and n = 2 has one sample: re-measured, but never more than 3 times.
     assert 1 <= chosen.count(1) <= 3 and chosen[-4:] == [0, 0, 0, 0]
+
+
+# ============================================================================
+# Looking ahead: a cheap point-mass draft is asked first, and k chosen knowing its proposal
+# ============================================================================
+
+
+def test_a_lookup_is_asked_first_and_k_is_what_it_proposed_keyed_by_its_match(sv, clock):
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: 1.0 + 0.02 * (n - 1), clock)  # flat: speculation pays
+    lookup = sv.PromptLookupDraft(max_ngram=3)
+    dec = sv.SpeculativeDecoder(lookup, target, k="auto", k_max=6)
+    prompt = torch.tensor([0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0, 0, 1])  # a repeating text: long matches
+    dec.generate(prompt, max_new=40)
+    stats = dec.stats
+    drafted = [d for d, _ in stats.per_round]
+    # Never more asked than the lookup had: the round drafts exactly the k chosen (k <= the proposal).
+    assert stats.k_per_round == drafted and max(drafted) >= 4
+    # Evidence per (sequence, matched n-gram size): the 3-gram matches of the repeat have their own.
+    keys = set(dec.auto._evidence)
+    assert (0, 3) in keys and all(isinstance(key, tuple) and key[0] == 0 for key in keys)
+
+
+def test_a_costly_draft_is_not_looked_ahead_with(sv, clock):
+    """The control: a draft at 1/3 of c(1) a token is looked ahead with while its cost is unknown (3
+    calls), then asked for the chosen k only; without a context its evidence is keyed by sequence."""
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: 1.0 + 0.02 * (n - 1), clock)  # flat: a perfect draft pays
+    perfect, calls = _perfect_draft(tables), []
+
+    def draft(prefix, k):
+        calls.append(k)
+        clock.charge(k * UNIT / 3)
+        return perfect(prefix, k)
+
+    dec = sv.SpeculativeDecoder(draft, target, k="auto", k_max=6)
+    out = dec.generate(torch.tensor([0]), max_new=30)
+    assert out.tolist() == tables.greedy_chain([0], 30)
+    assert calls[:3] == [6, 6, 6]
+    chosen = [k for k in dec.stats.k_per_round[3:] if k]
+    assert chosen and calls[3:] == chosen  # asked exactly what k said, round by round
+    assert all(isinstance(key, int) for key in dec.auto._evidence)
+
+
+def test_a_draft_with_rows_is_looked_ahead_with_once(sv, clock):
+    """A draft giving rows (a draft model): its tokens must not choose k, so after the first answer
+    it is asked for the chosen k only, and the output is still plain greedy's."""
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: 1.0 + 0.02 * (n - 1), clock)
+    calls = []
+
+    def draft(prefix, k):
+        calls.append(k)
+        chain = tables.greedy_chain(prefix.tolist(), k)[len(prefix):]
+        return torch.tensor(chain, dtype=torch.int64), torch.full((k, 3), 1.0 / 3)
+
+    dec = sv.SpeculativeDecoder(draft, target, k="auto", k_max=5)
+    out = dec.generate(torch.tensor([0, 1]), max_new=30)
+    assert out.tolist() == tables.greedy_chain([0, 1], 30)
+    assert calls[0] == 5 and calls[1:] == [k for k in dec.stats.k_per_round[1:] if k]

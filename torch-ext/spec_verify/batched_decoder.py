@@ -211,6 +211,7 @@ class _DecodeLoop:
         self.stats = stats
         if self.auto is not None:
             self.auto.new_run()  # new prompts: their acceptance is unknown; the cost curve is kept
+        self._looks = True  # k="auto" may look ahead until the draft gives rows (_look_ahead)
         self._vocab = None  # learnt from the first target call of this run
         start = time.perf_counter()
         sequences = [_Sequence(prompt, max_new) for prompt in prompts]
@@ -229,26 +230,44 @@ class _DecodeLoop:
         stats = self.stats
         # Draft at most remaining - 1: a round emits accepted + 1 tokens.
         caps = [min(self.k, sequences[b].left - 1) for b in active]
-        k_ask, predicted = self._choose_k(active, caps)
-        budgets = asked = [min(k_ask, cap) for cap in caps]
         prefixes = [sequences[b].filled for b in active]
+        probe, keys = None, active
         t0 = time.perf_counter()
-        probe = None
-        if max(budgets) == 0:
-            # A plain step (k = 0, or the last token of every sequence): nothing to draft.
-            draft_tokens, draft_rows = self._no_draft(len(active)), None
-            if self.auto is not None and max(caps) > 0 and self.auto.probe_is_cheap(len(active)):
-                # k="auto" chose a plain step: ask a cheap draft for one token anyway, never verified,
-                # judged against the token the step emits (DESIGN.md, "k = auto": the probe).
-                probe = self._draft_round(prefixes, 1, active, [min(1, cap) for cap in caps])
+        look = self._look_ahead(prefixes, active, caps)
+        t_draft = time.perf_counter() - t0
+        if look is not None and look[1] is None:
+            # k="auto" with a cheap point-mass draft: the proposal is in hand, so k is chosen knowing how
+            # many tokens it has and what kind of match they are (DESIGN.md, "k = auto": looking ahead).
+            look_tokens, _, got = look
+            keys = self._context_keys(active)
+            k_ask, predicted = self.auto.choose(keys, got)
+            budgets = asked = [min(k_ask, g) for g in got]
+            if max(budgets) == 0:
+                draft_tokens, draft_rows = self._no_draft(len(active)), None
+                if max(got) > 0:  # a plain step judges the proposal's first token (the probe)
+                    probe = (look_tokens[:, :1], None, [min(1, g) for g in got])
+            else:
+                draft_tokens, draft_rows = look_tokens[:, : max(budgets)], None
         else:
-            draft_tokens, draft_rows, budgets = self._draft_round(prefixes, max(budgets), active, budgets)
+            k_ask, predicted = self._choose_k(active, caps)
+            budgets = asked = [min(k_ask, cap) for cap in caps]
+            if max(budgets) == 0:
+                # A plain step (k = 0, or the last token of every sequence): nothing to draft.
+                draft_tokens, draft_rows = self._no_draft(len(active)), None
+            elif look is not None:
+                # The look-ahead draft gave rows (a draft model): k was chosen without its tokens,
+                # and its first k_ask are a proposal of that length.
+                draft_tokens, draft_rows, budgets = self._cut_proposal(look, k_ask)
+            else:
+                t0 = time.perf_counter()
+                draft_tokens, draft_rows, budgets = self._draft_round(prefixes, max(budgets), active, budgets)
+                t_draft = time.perf_counter() - t0
         t1 = time.perf_counter()
         target_rows = self._target_round(prefixes, draft_tokens, active)
         t2 = time.perf_counter()
         accepted, next_tokens = self._verify_round(target_rows, draft_tokens, draft_rows, budgets)
         t3 = time.perf_counter()
-        stats.draft_seconds += t1 - t0
+        stats.draft_seconds += t_draft
         stats.target_seconds += t2 - t1
         stats.verify_seconds += t3 - t2
         stats.batch_rounds += 1
@@ -258,17 +277,58 @@ class _DecodeLoop:
             # With head=, verification computes the head's logits of every row: it is part of
             # the target eval's cost per width, not a constant.
             t_eval = t3 - t1 if self.head is not None else t2 - t1
-            if probe is None:
-                k_record = k_ask
+            # The draft's cost per token asked: the look-ahead asked for max(caps).
+            k_cost = max(caps) if look is not None else k_ask
+            if max(caps) == 0:  # the last token of every sequence: no draft could be asked, no evidence
+                outcomes = []
+            elif probe is None:
                 probs = self._acceptance(target_rows, draft_tokens, draft_rows, budgets, accepted)
-                outcomes = list(zip(active, asked, budgets, accepted, probs))
+                outcomes = list(zip(keys, asked, budgets, accepted, probs))
             else:
-                k_record, outcomes = 1, self._probe_outcomes(probe, target_rows, active, caps, next_tokens)
-            self.auto.record(len(active), k_record, draft_tokens.shape[1],
-                             (t1 - t0, t_eval, time.perf_counter() - t1 - t_eval), outcomes)
+                outcomes = self._probe_outcomes(probe, target_rows, keys, caps, next_tokens)
+            self.auto.record(len(active), k_cost, draft_tokens.shape[1],
+                             (t_draft, t_eval, time.perf_counter() - t1 - t_eval), outcomes)
         return still
 
-    def _probe_outcomes(self, probe, target_rows, active: list, caps: list, next_tokens: list) -> list:
+    def _look_ahead(self, prefixes: list, active: list, caps: list):
+        """k="auto": the draft's proposal of ``max(caps)`` tokens before k is chosen, or None.
+
+        Asked only of a draft that is cheap (``AutoCost.probe_is_cheap``: a
+        prompt lookup) and, so far in the run, answered with point masses
+        (rows None): a draft that gives rows is a model, whose tokens must
+        not choose k (only point-mass verification is exact whatever decides
+        the proposal's length), so it is asked for what k says from then on.
+        """
+        if self.auto is None or max(caps) == 0 or not self._looks or not self.auto.probe_is_cheap(len(active)):
+            return None
+        look = self._draft_round(prefixes, max(caps), active, caps)
+        if look[1] is not None:
+            self._looks = False
+        return look
+
+    def _cut_proposal(self, look, k: int):
+        """The first ``k`` tokens (and rows) of a look-ahead proposal, budgets cut to them."""
+        tokens, rows, got = look
+        budgets = [min(k, g) for g in got]
+        width = max(budgets)
+        return tokens[:, :width], None if rows is None else rows[:, :width], budgets
+
+    def _context_keys(self, active: list) -> list:
+        """Each sequence's key for k="auto"'s acceptance evidence: ``(b, context)`` when the draft names
+        its proposal's kind (``PromptLookupDraft.context``: the matched n-gram size), else ``b``.
+
+        Why: a lookup's acceptance depends on its match far more than on the sequence's recent
+        past (Gemma 3 270M, T = 0.8, input-grounded prompts: mean p(t) 0.79 after a 3-gram match,
+        0.18 after a 1-gram one), so each kind of match keeps its own estimate.
+        """
+        context = carried(self.draft_step, "context")
+        if context is None:
+            return active
+        if isinstance(context, (list, tuple)):
+            return [(b, c) for b, c in zip(active, context)]
+        return [(b, context) for b in active]
+
+    def _probe_outcomes(self, probe, target_rows, keys: list, caps: list, next_tokens: list) -> list:
         """``AutoCost.record``'s outcomes for a plain step's probe: position 0 judged by the step's own row.
 
         The probe token ``t`` counts as accepted iff the step emitted it:
@@ -281,7 +341,7 @@ class _DecodeLoop:
         tokens, rows, got = probe
         hits = [int(g > 0 and int(tokens[b, 0]) == int(next_tokens[b])) for b, g in enumerate(got)]
         probs = self._acceptance(target_rows, tokens, rows, got, [0] * len(got))
-        return [(seq, min(1, cap), g, hit, p) for seq, cap, g, hit, p in zip(active, caps, got, hits, probs)]
+        return [(seq, min(1, cap), g, hit, p) for seq, cap, g, hit, p in zip(keys, caps, got, hits, probs)]
 
     def _acceptance(self, target_rows, draft_tokens, draft_rows, budgets: list, accepted: list) -> list:
         """Per sequence, each judged draft token's acceptance probability (None: its outcomes count).

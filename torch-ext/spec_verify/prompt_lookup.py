@@ -43,13 +43,13 @@ __all__ = ["PromptLookupDraft"]
 # ----------------------------------------------------------------------------
 
 
-def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> torch.Tensor:
-    """Up to ``k`` tokens after the latest earlier occurrence of the longest matching suffix n-gram."""
+def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> tuple[torch.Tensor, int]:
+    """Up to ``k`` tokens after the latest earlier occurrence of the longest matching suffix n-gram, and its n (0: none)."""
     seq = prefix.tolist()
     length = len(seq)
     top = min(max_ngram, length - 1)
     if top < min_ngram:
-        return _EMPTY
+        return _EMPTY, 0
     # An earlier occurrence of any suffix n-gram ends at an earlier copy of the last token: find
     # those (latest first) by list.index on the reversed prefix, then check the longer n-grams at
     # them. One torch call in, one out: a decode calls this every round (and k="auto"'s probe
@@ -68,8 +68,8 @@ def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> tor
         suffix = seq[length - n:]
         for e in ends:
             if e >= n - 1 and seq[e - n + 1: e + 1] == suffix:
-                return torch.tensor(seq[e + 1: e + 1 + k], dtype=torch.int64)  # the latest occurrence's continuation
-    return _EMPTY
+                return torch.tensor(seq[e + 1: e + 1 + k], dtype=torch.int64), n  # the latest occurrence's continuation
+    return _EMPTY, 0
 
 
 # No proposal: one shared 0-element int64 tensor (nothing in it to modify), not a new one per call.
@@ -95,6 +95,11 @@ class PromptLookupDraft:
     ----------
     calls, proposed, empty : int
         Calls answered, tokens proposed in all, and calls that proposed nothing.
+    context : int or list of int
+        The last call's matched n-gram size (0: no proposal); after
+        ``batched``, one per sequence. ``k="auto"`` keeps its acceptance
+        estimates per context: a 3-gram match is a quote far more often than
+        a 1-gram one (DESIGN.md, "k = auto": looking ahead).
 
     See Also
     --------
@@ -127,6 +132,7 @@ class PromptLookupDraft:
         if self.max_ngram < self.min_ngram:
             raise ValueError(f"max_ngram must be >= min_ngram, got max_ngram={max_ngram} < min_ngram={min_ngram}")
         self.calls = self.proposed = self.empty = 0
+        self.context = 0
 
     def __call__(self, prefix: torch.Tensor, k: int):
         """``(tokens [m], None)`` with ``m <= k``: the single-sequence ``draft_step``.
@@ -146,7 +152,7 @@ class PromptLookupDraft:
         """
         k = check_int("k", k, 0)
         prefix = _as_prefix(prefix, "prefix")
-        tokens = _lookup(prefix, k, self.max_ngram, self.min_ngram) if k else _EMPTY
+        tokens, self.context = _lookup(prefix, k, self.max_ngram, self.min_ngram) if k else (_EMPTY, 0)
         self.calls += 1
         self.proposed += len(tokens)
         self.empty += int(len(tokens) == 0)
@@ -174,7 +180,11 @@ class PromptLookupDraft:
         """
         if not isinstance(prefixes, (list, tuple)):
             raise TypeError(f"prefixes must be a list of 1-D tensors, got {type(prefixes).__name__}")
-        found = [self(_as_prefix(p, f"prefixes[{b}]"), k)[0] for b, p in enumerate(prefixes)]
+        found, context = [], []
+        for b, p in enumerate(prefixes):
+            found.append(self(_as_prefix(p, f"prefixes[{b}]"), k)[0])
+            context.append(self.context)
+        self.context = context
         counts = torch.tensor([len(t) for t in found], dtype=torch.int64)
         width = int(counts.max()) if len(found) else 0
         tokens = torch.zeros((len(found), width), dtype=torch.int64)
