@@ -27,8 +27,13 @@ is known, priced by eval-cost curves measured in ``make bench-real``:
   2026-12-02's change: 0/1 outcomes, nothing learnt in a plain step);
   ``+ acceptance probabilities`` (a sampled judged position counts its
   acceptance probability, Rao-Blackwell; greedy has nothing else to count);
-  ``+ the probe``, ``auto`` as shipped (a plain step asks the lookup for one
-  token and judges it by the step's own row); fixed ``k = 1 .. 8``.
+  ``+ the probe`` (a plain step asks the lookup for one token and judges it
+  by the step's own row); ``+ looking ahead``, ``auto`` as shipped (the
+  lookup is asked for all it may propose before ``k`` is chosen, ``k`` is
+  chosen knowing the proposal's length, and the evidence is kept per
+  matched n-gram size: here a copy's proposal is a 3-gram match with 0.85,
+  else a 2-gram; prose's a 1-gram with 0.75, a 2-gram with 0.2, a 3-gram
+  with 0.05); fixed ``k = 1 .. 8``.
 
 Figures are tokens per unit of cost over plain's, medians over seeds. What it
 does not model: the decoder's own Python per round, draws that change with
@@ -83,6 +88,13 @@ class Text:
         """Does the lookup propose position ``i`` (given it proposed ``i - 1``)?"""
         return self.copy or self.rng.random() < (0.3 if i == 0 else 0.5)
 
+    def context(self) -> int:
+        """The n-gram size of the lookup's match (DESIGN.md, "k = auto": looking ahead)."""
+        r = self.rng.random()
+        if self.copy:
+            return 3 if r < 0.85 else 2
+        return 1 if r < 0.75 else (2 if r < 0.95 else 3)
+
     def acceptance(self) -> float:
         """The target's acceptance probability of this proposal (greedy: of the argmax matching)."""
         if not self.sampled:
@@ -100,7 +112,8 @@ def _eval_cost(curve: list, n: int, rng: random.Random) -> float:
     return 2 * cost if rng.random() < 0.02 else cost
 
 
-AUTOS = ("outcomes", "rb", "auto")  # the old estimate; + acceptance probabilities; + the probe (shipped)
+# The old estimate; + acceptance probabilities; + the probe; + looking ahead (shipped).
+AUTOS = ("outcomes", "rb", "probe", "auto")
 
 
 def run(sv, curve: list, kind: str, sampled: bool, policy, seed: int) -> float:
@@ -115,13 +128,24 @@ def run(sv, curve: list, kind: str, sampled: bool, policy, seed: int) -> float:
         left = NEW_TOKENS
         while left:
             cap = min(K_MAX, left - 1)
-            k = min(policy, cap) if model is None else model.choose([0], [cap])[0]
-            # A plain step of "auto" probes the lookup for one token, judged by the step's own row.
-            probe = policy == "auto" and k == 0 and cap > 0
-            asked = 1 if probe else k
-            m = 0
-            while m < asked and text.proposes(m):
-                m += 1
+            key = 0
+            if policy == "auto" and cap > 0:
+                # Looking ahead: the whole proposal first, then k chosen knowing it (and its match).
+                m = 0
+                while m < cap and text.proposes(m):
+                    m += 1
+                key = (0, text.context() if m else 0)
+                k = model.choose([key], [m])[0]
+                probe = k == 0 and m > 0  # a plain step judges the proposal's first token
+                asked, m = (1, 1) if probe else (k, min(k, m))
+            else:
+                k = min(policy, cap) if model is None else model.choose([0], [cap])[0]
+                # A plain step of "probe" asks the lookup for one token, judged by the step's own row.
+                probe = policy == "probe" and k == 0 and cap > 0
+                asked = 1 if probe else k
+                m = 0
+                while m < asked and text.proposes(m):
+                    m += 1
             accepted, probs = 0, []
             while accepted < m:  # judged positions: each until the first rejection
                 p = text.acceptance()
@@ -133,7 +157,8 @@ def run(sv, curve: list, kind: str, sampled: bool, policy, seed: int) -> float:
             seconds = _eval_cost(curve, width + 1, rng)
             if model is not None:
                 evidence = probs if sampled and policy != "outcomes" and probs else None
-                model.record(1, asked, width, (0.0, seconds, 0.0), [(0, asked, m, accepted, evidence)])
+                outcomes = [(key, asked, m, accepted, evidence)] if cap > 0 else []
+                model.record(1, asked, width, (0.0, seconds, 0.0), outcomes)
             if probe:
                 accepted = 0  # the probe is never verified: the step emits one token
             emitted = min(accepted + 1, left)
@@ -158,8 +183,8 @@ def main(argv=None) -> int:
     print(f"k=auto's policy, simulated: {PROMPTS} prompts x {NEW_TOKENS} tokens per run, "
           f"medians of {args.seeds} seeds; x plain by the curve's cost\n")
     print("| curve | prompts | mode | best fixed k | auto, outcomes only (/ best) | + acceptance probabilities "
-          "| + the probe: auto as shipped (/ best) |")
-    print("|---|---|---|---|---|---|---|")
+          "| + the probe | + looking ahead: auto as shipped (/ best) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, curve in curves.items():
         for kind in KINDS:
             for sampled in (False, True):

@@ -37,10 +37,15 @@ tokens per second (DESIGN.md, "k = auto"):
   position counts its acceptance probability ``min(1, p(t) / q(t))``, not
   its 0/1 outcome: at T = 0.8 a lookup token the target gives 0.6 is
   rejected 4 times in 10, and one rejection read as 0 stopped speculation
-  for ~9 rounds. A plain step chosen by ``auto`` still learns: the decoder
-  asks a cheap draft (``probe_is_cheap``) for one token and judges it by
-  the step's own row (the *probe*), so a quote that begins is found in a
-  round, not after the old evidence is forgotten. Forgotten evidence returns to the prior
+  for ~9 rounds. The decoder *looks ahead* with a cheap point-mass draft
+  (``probe_is_cheap``; a prompt lookup): it has the proposal before it calls
+  ``choose``, so ``caps`` are what each sequence's proposal holds, and the
+  sequences passed in are keys ``(b, context)`` when the draft names its
+  proposal's kind (a lookup's matched n-gram size): each kind of match keeps
+  its own estimate. A plain step chosen by ``auto`` still learns: the
+  proposal's first token is judged by the step's own row (the *probe*), so a
+  quote that begins is found in a round, not after the old evidence is
+  forgotten. Forgotten evidence returns to the prior
   (position ``i-1``'s estimate; 0.5 at position 0), so a draft that failed a
   while ago is tried again where the costs allow.
 
