@@ -49,9 +49,9 @@ def test_steep_cost_curve_never_speculates_after_one_exploration(sv):
     chosen = _drive(model, lambda n: 1.0 + 1.5 * (n - 1), lambda r, k: k, rounds=60)  # every draft token kept
     print(f"\nsteep curve: k per round {chosen}")
     assert chosen[:3] == [0, 0, 0]  # the baseline first: c(1) from 3 plain steps
-    # A few sizes explored by doubling (with every token accepted, each looks worth one try at the last
-    # measured price), then plain decoding for good.
-    assert sum(k > 0 for k in chosen) <= 3
+    # A few sizes explored by doubling k (with every token accepted, each looks worth one try at the last
+    # measured price: k = 1, 2, 4, 8 at most), then plain decoding for good.
+    assert sum(k > 0 for k in chosen) <= 4
     assert chosen[-50:] == [0] * 50
 
 
@@ -91,11 +91,13 @@ def test_one_outlier_does_not_move_a_measured_cost(sv):
 def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolated_below(sv):
     model = _auto(sv)
     assert model.target_cost(1, 1) is None  # nothing measured
-    for n, seconds in [(1, 1.0), (3, 2.0)]:
-        model.record(1, n - 1, n - 1, (0.0, seconds, 0.0), [])
+    model.record(1, 0, 0, (0.0, 1.0, 0.0), [])
+    assert model.target_cost(1, 2) == 1.0 and model.target_cost(1, 3) is None  # from plain: k = 1 only
+    model.record(1, 2, 2, (0.0, 2.0, 0.0), [])  # n = 3 (k = 2)
     assert model.target_cost(1, 2) == pytest.approx(1.5)  # between two measured sizes
-    assert model.target_cost(1, 4) == model.target_cost(1, 6) == 2.0  # up to twice the longest: at least its cost
-    assert model.target_cost(1, 7) is None  # beyond: not tried yet
+    # Up to 2 n - 1 (twice the draft tokens, k = 4): at least the longest's cost; beyond, not tried yet.
+    assert model.target_cost(1, 4) == model.target_cost(1, 5) == 2.0
+    assert model.target_cost(1, 6) is None
     assert model.target_cost(2, 1) is None  # another batch size is its own curve
 
 
