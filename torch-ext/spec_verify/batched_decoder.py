@@ -138,6 +138,25 @@ class _Sequence:
 # ----------------------------------------------------------------------------
 
 
+class _Proposal:
+    """A round's k and proposal (``_DecodeLoop._propose``), in the glossary's terms.
+
+    ``k`` the k chosen and ``predicted`` its ``(tokens, seconds)`` prediction (k="auto"); ``keys``
+    the sequences' evidence keys; ``tokens [n, K]`` / ``rows`` the proposal (rows None: point
+    masses) and ``budgets`` each sequence's draft tokens in it; ``asked`` what each sequence's
+    draft was asked for (its reach's evidence); ``seconds`` the draft's time and
+    ``asked_of_draft`` the tokens it was asked for then; ``probe`` a plain step's judged token.
+    """
+
+    __slots__ = ("k", "predicted", "keys", "tokens", "rows", "budgets", "asked", "seconds", "asked_of_draft",
+                 "probe")
+
+    def __init__(self, k, predicted, keys, tokens, rows, budgets, asked, seconds, asked_of_draft, probe=None):
+        self.k, self.predicted, self.keys = k, predicted, keys
+        self.tokens, self.rows, self.budgets, self.asked = tokens, rows, budgets, asked
+        self.seconds, self.asked_of_draft, self.probe = seconds, asked_of_draft, probe
+
+
 class _DecodeLoop:
     """The draft / target / verify / commit loop over a batch of sequences.
 
@@ -231,64 +250,72 @@ class _DecodeLoop:
         # Draft at most remaining - 1: a round emits accepted + 1 tokens.
         caps = [min(self.k, sequences[b].left - 1) for b in active]
         prefixes = [sequences[b].filled for b in active]
-        probe, keys = None, active
-        t0 = time.perf_counter()
-        look = self._look_ahead(prefixes, active, caps)
-        t_draft = time.perf_counter() - t0
-        if look is not None and look[1] is None:
-            # k="auto" with a cheap point-mass draft: the proposal is in hand, so k is chosen knowing how
-            # many tokens it has and what kind of match they are (DESIGN.md, "k = auto": looking ahead).
-            look_tokens, _, got = look
-            keys = self._context_keys(active)
-            k_ask, predicted = self.auto.choose(keys, got)
-            budgets = asked = [min(k_ask, g) for g in got]
-            if max(budgets) == 0:
-                draft_tokens, draft_rows = self._no_draft(len(active)), None
-                if max(got) > 0:  # a plain step judges the proposal's first token (the probe)
-                    probe = (look_tokens[:, :1], None, [min(1, g) for g in got])
-            else:
-                draft_tokens, draft_rows = look_tokens[:, : max(budgets)], None
-        else:
-            k_ask, predicted = self._choose_k(active, caps)
-            budgets = asked = [min(k_ask, cap) for cap in caps]
-            if max(budgets) == 0:
-                # A plain step (k = 0, or the last token of every sequence): nothing to draft.
-                draft_tokens, draft_rows = self._no_draft(len(active)), None
-            elif look is not None:
-                # The look-ahead draft gave rows (a draft model): k was chosen without its tokens,
-                # and its first k_ask are a proposal of that length.
-                draft_tokens, draft_rows, budgets = self._cut_proposal(look, k_ask)
-            else:
-                t0 = time.perf_counter()
-                draft_tokens, draft_rows, budgets = self._draft_round(prefixes, max(budgets), active, budgets)
-                t_draft = time.perf_counter() - t0
+        prop = self._propose(prefixes, active, caps)
+        draft_tokens, draft_rows, budgets = prop.tokens, prop.rows, prop.budgets
         t1 = time.perf_counter()
         target_rows = self._target_round(prefixes, draft_tokens, active)
         t2 = time.perf_counter()
         accepted, next_tokens = self._verify_round(target_rows, draft_tokens, draft_rows, budgets)
         t3 = time.perf_counter()
-        stats.draft_seconds += t_draft
+        stats.draft_seconds += prop.seconds
         stats.target_seconds += t2 - t1
         stats.verify_seconds += t3 - t2
         stats.batch_rounds += 1
         still = self._commit_round(sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit)
-        stats.record_choice(k_ask, predicted)
+        stats.record_choice(prop.k, prop.predicted)
         if self.auto is not None:
             # With head=, verification computes the head's logits of every row: it is part of
             # the target eval's cost per width, not a constant.
             t_eval = t3 - t1 if self.head is not None else t2 - t1
-            # The draft's cost per token asked: the look-ahead asked for max(caps).
-            k_cost = max(caps) if look is not None else k_ask
             if max(caps) == 0:  # the last token of every sequence: no draft could be asked, no evidence
                 outcomes = []
-            elif probe is None:
+            elif prop.probe is None:
                 probs = self._acceptance(target_rows, draft_tokens, draft_rows, budgets, accepted)
-                outcomes = list(zip(keys, asked, budgets, accepted, probs))
+                outcomes = list(zip(prop.keys, prop.asked, budgets, accepted, probs))
             else:
-                outcomes = self._probe_outcomes(probe, target_rows, keys, caps, next_tokens)
-            self.auto.record(len(active), k_cost, draft_tokens.shape[1],
-                             (t_draft, t_eval, time.perf_counter() - t1 - t_eval), outcomes)
+                outcomes = self._probe_outcomes(prop.probe, target_rows, prop.keys, caps, next_tokens)
+            # The draft's cost is per token asked of it (looking ahead: max(caps)).
+            self.auto.record(len(active), prop.asked_of_draft, draft_tokens.shape[1],
+                             (prop.seconds, t_eval, time.perf_counter() - t1 - t_eval), outcomes)
         return still
+
+    def _propose(self, prefixes: list, active: list, caps: list) -> "_Proposal":
+        """Phase 1: the round's k and its proposal.
+
+        A fixed k, or k="auto" without looking ahead: k first, then the draft asked for it. k="auto"
+        looking ahead (``_look_ahead``): the proposal first, then k chosen knowing it.
+        """
+        t0 = time.perf_counter()
+        look = self._look_ahead(prefixes, active, caps)
+        seconds, asked_of_draft = time.perf_counter() - t0, max(caps)
+        if look is not None and look[1] is None:
+            # A cheap point-mass draft's proposal is in hand: k is chosen knowing how many tokens it
+            # has and what kind of match they are (DESIGN.md, "k = auto": looking ahead).
+            tokens, _, got = look
+            keys = self._context_keys(active)
+            k, predicted = self.auto.choose(keys, got)
+            budgets = [min(k, g) for g in got]
+            if max(budgets) > 0:
+                return _Proposal(k, predicted, keys, tokens[:, : max(budgets)], None, budgets, budgets,
+                                 seconds, asked_of_draft)
+            # A plain step; it judges the proposal's first token, if any (the probe).
+            probe = (tokens[:, :1], None, [min(1, g) for g in got]) if max(got) > 0 else None
+            return _Proposal(k, predicted, keys, self._no_draft(len(active)), None, budgets, budgets,
+                             seconds, asked_of_draft, probe)
+        k, predicted = self._choose_k(active, caps)
+        asked = [min(k, cap) for cap in caps]
+        if max(asked) == 0:
+            # A plain step (k = 0, or the last token of every sequence): nothing to draft.
+            return _Proposal(k, predicted, active, self._no_draft(len(active)), None, asked, asked,
+                             seconds, asked_of_draft if look is not None else 0)
+        if look is not None:
+            # The look-ahead draft gave rows (a draft model): k was chosen without its tokens,
+            # and its first k are a proposal of that length.
+            tokens, rows, budgets = self._cut_proposal(look, k)
+            return _Proposal(k, predicted, active, tokens, rows, budgets, asked, seconds, asked_of_draft)
+        t0 = time.perf_counter()
+        tokens, rows, budgets = self._draft_round(prefixes, max(asked), active, asked)
+        return _Proposal(k, predicted, active, tokens, rows, budgets, asked, time.perf_counter() - t0, k)
 
     def _look_ahead(self, prefixes: list, active: list, caps: list):
         """k="auto": the draft's proposal of ``max(caps)`` tokens before k is chosen, or None.
