@@ -500,3 +500,19 @@ def test_a_draft_with_rows_is_looked_ahead_with_once(sv, clock):
     out = dec.generate(torch.tensor([0, 1]), max_new=30)
     assert out.tolist() == tables.greedy_chain([0, 1], 30)
     assert calls[0] == 5 and calls[1:] == [k for k in dec.stats.k_per_round[1:] if k]
+
+
+def test_a_context_pools_its_evidence_as_the_prior_of_new_sequences(sv):
+    """Keys (b, context): a sequence's first rounds in a context start at what every sequence saw there
+    (1-gram matches rejected, 3-gram ones accepted), kept across runs; plain keys stay at the prior."""
+    model = sv.AutoCost(k_max=4)
+    for b in range(6):  # six sequences: 1-gram matches always rejected, 3-gram ones always accepted
+        model.record(1, 2, 2, (0.0, 0.01, 0.0), [((b, 1), 2, 2, 0)])
+        model.record(1, 2, 2, (0.0, 0.01, 0.0), [((b, 3), 2, 2, 2)])
+    model.new_run()  # new prompts: their own evidence is gone, the contexts' pools are kept
+    fresh_1, fresh_3, fresh_2 = model.alpha((9, 1)), model.alpha((9, 3)), model.alpha((9, 2))
+    assert fresh_1[0] < 0.1 and fresh_3[0] > 0.9  # the pooled acceptance of each context
+    assert fresh_2 == model.alpha(9) == [0.5] * 4  # a context never seen, and a plain key: the prior
+    # A sequence's own evidence outweighs the pool (weight 0.25): one accepted 1-gram round.
+    model.record(1, 1, 1, (0.0, 0.01, 0.0), [((9, 1), 1, 1, 1)])
+    assert model.alpha((9, 1))[0] > 0.75

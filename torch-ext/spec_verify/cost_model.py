@@ -72,6 +72,7 @@ _MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before 
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 _PROBE_SHARE = 0.05  # a plain step probes the draft while a draft token costs at most this share of c_target(1)
+_CONTEXT_DECAY = 0.98  # a context's pooled evidence (every sequence's), forgotten this much per round it is seen
 
 
 class AutoCost:
@@ -118,6 +119,9 @@ class AutoCost:
         self._medians: dict = {}  # ("target", batch) -> {positions: s}; ("draft" | "other", batch) -> s
         # sequence -> decayed counts per position: accepted, judged (acceptance); extended, reached (reach)
         self._evidence: dict = {}
+        # context -> accepted, judged per position, pooled over the sequences keyed (b, context): the
+        # prior of a sequence's first rounds in that context (alpha), kept across runs like the curve.
+        self._context: dict = {}
 
     # -- measurements ------------------------------------------------------------
 
@@ -161,9 +165,14 @@ class AutoCost:
             # Position i was judged if it was drafted and every earlier one accepted. Its evidence is
             # its acceptance probability where the decoder gives it (sampled token-wise rounds), else
             # the outcome: the same mean, and a rejection at p = 0.6 no longer reads as 0.
+            pooled = self._pooled(seq) if n_drafted else None
             for i in range(min(n_drafted, n_accepted + 1, self.k_max)):
                 judged[i] += 1.0
-                acc[i] += float(i < n_accepted) if probs is None else min(max(float(probs[i]), 0.0), 1.0)
+                hit = float(i < n_accepted) if probs is None else min(max(float(probs[i]), 0.0), 1.0)
+                acc[i] += hit
+                if pooled is not None:
+                    pooled[0][i] += hit
+                    pooled[1][i] += 1.0
             # Position i was reached if it was asked for and the proposal got that far.
             for i in range(min(n_asked, n_drafted + 1, self.k_max)):
                 reached[i] += 1.0
@@ -172,11 +181,28 @@ class AutoCost:
     # -- estimates ---------------------------------------------------------------
 
     def alpha(self, seq) -> list:
-        """The estimated acceptance of ``seq`` at positions ``0 .. k_max-1`` (given the position is proposed)."""
+        """The estimated acceptance of ``seq`` at positions ``0 .. k_max-1`` (given the position is proposed).
+
+        A key ``(b, context)`` is shrunk towards its context's pooled estimate (every sequence's
+        evidence in that context, kept across runs): a prompt lookup's 1-gram matches in prose are
+        accepted ~1 time in 10, and starting each new sequence's at 0.5 spent a try on each.
+        """
         evidence = self._evidence.get(seq)
-        if evidence is None:
-            return _shrunk([0.0] * self.k_max, [0.0] * self.k_max, _PRIOR_ALPHA)
-        return _shrunk(evidence[0], evidence[1], _PRIOR_ALPHA)
+        acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
+        context = self._context.get(seq[1]) if isinstance(seq, tuple) and len(seq) == 2 else None
+        if context is None:
+            return _shrunk(acc, judged, _PRIOR_ALPHA)
+        return _shrunk(acc, judged, _PRIOR_ALPHA, priors=_shrunk(context[0], context[1], _PRIOR_ALPHA))
+
+    def _pooled(self, seq):
+        """The pooled ``[accepted, judged]`` of ``seq``'s context, decayed for this round; None for a plain key."""
+        if not (isinstance(seq, tuple) and len(seq) == 2):
+            return None
+        pooled = self._context.setdefault(seq[1], [[0.0] * self.k_max, [0.0] * self.k_max])
+        for counts in pooled:
+            for i in range(self.k_max):
+                counts[i] *= _CONTEXT_DECAY
+        return pooled
 
     def reach(self, seq) -> list:
         """``P(the draft proposes position i | it proposed i - 1 and was asked for i)`` for ``seq``.
@@ -337,10 +363,11 @@ class AutoCost:
         return out
 
 
-def _shrunk(hits: list, trials: list, prior: float) -> list:
-    """Per-position ``(hits + w * prior_i) / (trials + w)``, ``prior_i`` the estimate at ``i - 1``."""
+def _shrunk(hits: list, trials: list, prior: float, priors: list | None = None) -> list:
+    """Per-position ``(hits + w * prior_i) / (trials + w)``: ``prior_i`` is ``priors[i]`` when given
+    (a context's pooled estimate), else the estimate at ``i - 1`` (``prior`` at position 0)."""
     out = []
-    for h, t in zip(hits, trials):
-        prior = (h + _PRIOR_WEIGHT * prior) / (t + _PRIOR_WEIGHT)
+    for i, (h, t) in enumerate(zip(hits, trials)):
+        prior = (h + _PRIOR_WEIGHT * (prior if priors is None else priors[i])) / (t + _PRIOR_WEIGHT)
         out.append(prior)
     return out
