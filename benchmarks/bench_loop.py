@@ -1,0 +1,97 @@
+"""The decode loop's own cost per round, against a plain loop on the same stand-in target.
+
+    python -m benchmarks.bench_loop               # greedy and T = 0.8, k = 0 and k = "auto", V = 4096
+    python -m benchmarks.bench_loop --vocab 32000 --eval-mb 80
+
+Why: on a tiny model a token costs ~2 ms (the shipped pair on llama.cpp), so
+the loop's Python per round is a few percent of decoding, and it is paid after
+the target's eval has evicted the caches, where each torch call costs tens of
+microseconds (measured here: ~25 us for the first ``x[0]`` after the eval,
+against ~1 us warm). The stand-in target therefore sums ``--eval-mb`` of
+float32 (one pass, like an eval's weight read) and returns fixed rows, so a
+round's time is that sum plus the loop's own work.
+
+Rows, each the median of ``--repeats`` runs of ``--tokens`` tokens, interleaved:
+
+* ``plain``: ``argmax`` (or ``sample_draft``) of the row in a bare Python loop:
+  the least a loop can do;
+* ``k=0``: ``SpeculativeDecoder`` with a prompt lookup at ``k = 0`` (plain
+  decoding through the loop: draft nothing, verify one row, commit);
+* ``k=auto``: the same with ``k="auto"`` (the cost model's choice every round,
+  the lookup looked ahead, a plain step's probe), on a random prompt: the lookup
+  rarely matches, so nearly every round is a plain step.
+
+The figures are microseconds per round over ``plain``; no model, so no
+machine figure applies beyond the CPU named in the header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--eval-mb", type=float, default=40.0, help="float32 megabytes the stand-in eval sums")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args(argv)
+    from tools.kernel_loader import load_kernel
+
+    torch.set_num_threads(1)
+    sv = load_kernel()
+    weights = torch.randn(int(args.eval_mb * 2**20 / 4))
+    rows = torch.randn(9, args.vocab)
+
+    def target(prefix, proposed):
+        weights.sum()  # the eval's pass over its weights: evicts the caches as an engine's does
+        return rows[: len(proposed) + 1]
+
+    prompt = torch.randint(0, args.vocab, (150,), generator=torch.Generator().manual_seed(1))
+
+    def plain(temperature):
+        g = torch.Generator().manual_seed(0)
+        start = time.perf_counter()
+        for _ in range(args.tokens):
+            row = target(None, ())[0]
+            int(torch.argmax(row)) if temperature == 0 else int(sv.sample_draft(row, temperature=temperature,
+                                                                                  generator=g))
+        return (time.perf_counter() - start) / args.tokens
+
+    def ours(temperature, k):
+        kw = dict(greedy=temperature == 0, generator=torch.Generator().manual_seed(0))
+        if temperature:
+            kw["warping"] = dict(temperature=temperature)
+        dec = sv.SpeculativeDecoder(sv.PromptLookupDraft(), target, k=k, **kw)
+        start = time.perf_counter()
+        dec.generate(prompt, args.tokens)
+        return (time.perf_counter() - start) / dec.stats.rounds
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               "unknown CPU") if os.path.exists("/proc/cpuinfo") else "unknown CPU"
+    print(f"decode loop per round over a bare plain loop; {cpu}, 1 thread, V = {args.vocab}, "
+          f"stand-in eval: one sum over {args.eval_mb:g} MB; medians of {args.repeats}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print("| mode | plain us/round | k=0: over plain | k=auto: over plain |")
+    print("|---|---|---|---|")
+    for temperature in (0.0, 0.8):
+        times = {"plain": [], "k0": [], "auto": []}
+        for _ in range(args.repeats):  # interleaved: the machine's drift hits every row alike
+            times["plain"].append(plain(temperature))
+            times["k0"].append(ours(temperature, 0))
+            times["auto"].append(ours(temperature, "auto"))
+        med = {name: statistics.median(v) * 1e6 for name, v in times.items()}
+        mode = "greedy" if temperature == 0 else f"T = {temperature}"
+        print(f"| {mode} | {med['plain']:.0f} | {med['k0'] - med['plain']:+.0f} us | "
+              f"{med['auto'] - med['plain']:+.0f} us |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
