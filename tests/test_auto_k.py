@@ -516,3 +516,19 @@ def test_a_context_pools_its_evidence_as_the_prior_of_new_sequences(sv):
     # A sequence's own evidence outweighs the pool (weight 0.25): one accepted 1-gram round.
     model.record(1, 1, 1, (0.0, 0.01, 0.0), [((9, 1), 1, 1, 1)])
     assert model.alpha((9, 1))[0] > 0.75
+
+
+def test_a_draft_attribute_named_context_that_is_not_one_is_ignored(sv, clock):
+    """Only ints (one per sequence when batched) are contexts; anything else keys the evidence by sequence."""
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: 1.0 + 0.02 * (n - 1), clock)
+
+    class Draft:
+        context = {"not": "an int"}  # unhashable: used as a key it would raise
+
+        def __call__(self, prefix, k):
+            return _perfect_draft(tables)(prefix, k)
+
+    dec = sv.SpeculativeDecoder(Draft(), target, k="auto", k_max=4)
+    assert dec.generate(torch.tensor([0]), max_new=20).tolist() == tables.greedy_chain([0], 20)
+    assert dec.auto._evidence and all(isinstance(key, int) for key in dec.auto._evidence)

@@ -349,11 +349,12 @@ class _DecodeLoop:
         0.18 after a 1-gram one), so each kind of match keeps its own estimate.
         """
         context = carried(self.draft_step, "context")
-        if context is None:
-            return active
-        if isinstance(context, (list, tuple)):
+        if isinstance(context, int) and not isinstance(context, bool):
+            return [(b, context) for b in active]
+        if isinstance(context, (list, tuple)) and len(context) == len(active) and \
+                all(isinstance(c, int) and not isinstance(c, bool) for c in context):
             return [(b, c) for b, c in zip(active, context)]
-        return [(b, context) for b in active]
+        return active  # no context, or an attribute of that name that is not one: keyed by sequence
 
     def _probe_outcomes(self, probe, target_rows, keys: list, caps: list, next_tokens: list) -> list:
         """``AutoCost.record``'s outcomes for a plain step's probe: position 0 judged by the step's own row.
