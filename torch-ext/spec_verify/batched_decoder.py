@@ -70,7 +70,7 @@ from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping, carried
 from .hidden import verify_hidden, verify_hidden_batched
 from .lm_head import LMHead
-from .logits import verify_logits_batched, warp_probs
+from .logits import point_mass_rows, verify_logits_batched, warp_probs
 from .verify import verify_block_batched, verify_greedy_batched, verify_sampled_batched
 
 __all__ = ["BatchedSpeculativeDecoder"]
@@ -217,6 +217,7 @@ class _DecodeLoop:
             )
         self.stats: DecodeStats | None = None
         self._vocab: int | None = None
+        self._no_drafts: dict = {}  # batch size -> a plain step's [n, 0] draft tokens (_no_draft)
 
     def _run(self, prompts: list, max_new: int, on_commit=None) -> list:
         """Decode every prompt (1-D int64 CPU tensors); prompt + new tokens for each."""
@@ -518,15 +519,12 @@ class _DecodeLoop:
         """
         n, k_round = draft_tokens.shape
         if self._argmax_only:
-            with self._naming_the_round():
-                accepted, next_tokens = verify_hidden_batched(
-                    hidden, self.head, draft_tokens, torch.tensor(budgets, dtype=torch.int64), temperature=0.0)
-            return accepted.tolist(), next_tokens.tolist()
-        uniforms = self._uniforms((n, k_round + 1))
+            draft_rows, warp = None, dict(temperature=0.0)
+        else:
+            warp = dict(uniforms=self._uniforms((n, k_round + 1)), method=self.method, **self.warping.kwargs())
         with self._naming_the_round():
             accepted, next_tokens = verify_hidden_batched(
-                hidden, self.head, draft_tokens, torch.tensor(budgets, dtype=torch.int64), draft_rows,
-                uniforms=uniforms, method=self.method, **self.warping.kwargs())
+                hidden, self.head, draft_tokens, torch.tensor(budgets, dtype=torch.int64), draft_rows, **warp)
         return accepted.tolist(), next_tokens.tolist()
 
     def _verify_one_hidden(self, hidden, draft_tokens, draft_rows, uniforms) -> tuple[int, int]:
@@ -543,10 +541,9 @@ class _DecodeLoop:
         torch call costs ~20-40 us, and a tiny model's plain step is ~2 ms
         (the shipped pair on llama.cpp): every call saved is ~1% of a step.
         """
-        cache = self.__dict__.setdefault("_no_drafts", {})
-        if n not in cache:
-            cache[n] = torch.empty((n, 0), dtype=torch.int64)
-        return cache[n]
+        if n not in self._no_drafts:
+            self._no_drafts[n] = torch.empty((n, 0), dtype=torch.int64)
+        return self._no_drafts[n]
 
     def _uniforms(self, shape: tuple) -> torch.Tensor:
         """The round's float64 uniforms, drawn from ``generator`` as the ops would draw them.
@@ -575,22 +572,6 @@ class _DecodeLoop:
             if seq.stopped_by is None:
                 still.append(b)
         return still
-
-
-def point_mass_rows(tokens: torch.Tensor, target_rows: torch.Tensor, logits: bool) -> torch.Tensor:
-    """The rows of a point-mass draft (``rows=None``): all mass on each draft token.
-
-    ``[*lead, K, V]`` for ``tokens [*lead, K]``: probability rows of 0 with a 1
-    at the token, or logits rows of -inf with a 0 there (which every warping
-    keeps a point mass). Verifying them is the contract's rule at
-    ``q = delta_t`` -- accept ``t`` with probability ``p(t)``, else draw from
-    ``p`` with ``t`` removed -- exactly as ``verify_sampled_ragged`` does with
-    ``draft_probs=None`` (DESIGN.md, "Ragged layout" and "Prompt lookup").
-    """
-    shape = (*tokens.shape, target_rows.shape[-1])
-    fill, mark = (float("-inf"), 0.0) if logits else (0.0, 1.0)
-    rows = torch.full(shape, fill, dtype=target_rows.dtype, device=target_rows.device)
-    return rows.scatter_(-1, tokens.to(rows.device).unsqueeze(-1), mark)
 
 
 def _resolve_head(declared, target_step) -> LMHead | None:

@@ -189,16 +189,17 @@ class AutoCost:
         """
         evidence = self._evidence.get(seq)
         acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
-        context = self._context.get(seq[1]) if isinstance(seq, tuple) and len(seq) == 2 else None
+        context = self._context.get(_context_of(seq))
         if context is None:
             return _shrunk(acc, judged, _PRIOR_ALPHA)
         return _shrunk(acc, judged, _PRIOR_ALPHA, priors=_shrunk(context[0], context[1], _PRIOR_ALPHA))
 
     def _pooled(self, seq):
         """The pooled ``[accepted, judged]`` of ``seq``'s context, decayed for this round; None for a plain key."""
-        if not (isinstance(seq, tuple) and len(seq) == 2):
+        context = _context_of(seq)
+        if context is None:
             return None
-        pooled = self._context.setdefault(seq[1], [[0.0] * self.k_max, [0.0] * self.k_max])
+        pooled = self._context.setdefault(context, [[0.0] * self.k_max, [0.0] * self.k_max])
         for counts in pooled:
             for i in range(self.k_max):
                 counts[i] *= _CONTEXT_DECAY
@@ -361,6 +362,11 @@ class AutoCost:
                 else:
                     head += (ge[k] - ge[k + 1]) * cost[k]
         return out
+
+
+def _context_of(seq):
+    """The context of an evidence key ``(b, context)``; None for a plain sequence key."""
+    return seq[1] if isinstance(seq, tuple) and len(seq) == 2 else None
 
 
 def _shrunk(hits: list, trials: list, prior: float, priors: list | None = None) -> list:

@@ -87,7 +87,7 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
-from .batched_decoder import _DecodeLoop, _round_errors, point_mass_rows
+from .batched_decoder import _DecodeLoop, _round_errors
 from .cost_model import AutoCost
 from .decode_checks import (
     check_draft_against_target,
@@ -100,7 +100,7 @@ from .decode_checks import (
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping
 from .lm_head import LMHead
-from .logits import verify_logits
+from .logits import point_mass_rows, verify_logits
 from .verify import verify_block, verify_greedy, verify_sampled
 
 __all__ = ["SpeculativeDecoder", "DecodeStats", "LogitsWarping"]

@@ -35,8 +35,8 @@ import torch
 from . import hidden_reference
 from ._dispatch import runs_in_cpp
 from ._ops import ops
-from .lm_head import LMHead
-from .logits import sample_draft, verify_logits, verify_logits_batched
+from .lm_head import LMHead, softcapped
+from .logits import point_mass_rows, sample_draft, verify_logits, verify_logits_batched
 
 __all__ = ["verify_hidden", "verify_hidden_batched", "sample_hidden"]
 
@@ -68,20 +68,9 @@ def _all_logits(hidden: torch.Tensor, head: LMHead) -> torch.Tensor:
     """``[n, V]`` float32: the head's logits of ``hidden [n, d]`` by one pass over the weights.
 
     ``reference_logits`` bit for bit: the C++ ``hidden_logits``, then the
-    soft-cap by the reference's own float32 expression.
+    reference's own soft-cap (``lm_head.softcapped``).
     """
-    z = ops.hidden_logits(hidden, head.weight, head.bias, head.format_code, head.dim)
-    if head.softcap is not None:
-        cap = torch.tensor(head.softcap, dtype=torch.float32)
-        z = torch.mul(torch.tanh(torch.div(z, cap)), cap)
-    return z
-
-
-def _point_masses(draft_tokens: torch.Tensor, vocab: int) -> torch.Tensor:
-    # draft_logits=None: logits rows of -inf with 0 at each draft token, which every warping keeps
-    # a point mass (batched_decoder.point_mass_rows; verify_logits then runs the point-mass rule).
-    rows = torch.full((*draft_tokens.shape, vocab), float("-inf"), dtype=torch.float32)
-    return rows.scatter_(-1, draft_tokens.to(torch.int64).unsqueeze(-1), 0.0)
+    return softcapped(ops.hidden_logits(hidden, head.weight, head.bias, head.format_code, head.dim), head.softcap)
 
 
 def verify_hidden(
@@ -165,7 +154,7 @@ def verify_hidden(
         return n_accepted, next_token
     if cpu and _all_rows_fit(hidden.shape[0], head):
         logits = _all_logits(hidden, head)  # [K+1, V]
-        draft = _point_masses(draft_tokens, head.vocab) if draft_logits is None else draft_logits.float()
+        draft = point_mass_rows(draft_tokens, logits, logits=True) if draft_logits is None else draft_logits.float()
         return verify_logits(logits, draft, draft_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                              min_p=min_p, generator=generator, uniforms=uniforms, method=method)
     logits_fn = _cpp_logits(head) if cpu and head.softcap is None else None
@@ -271,7 +260,7 @@ def verify_hidden_batched(
     batch, width = hidden.shape[0], hidden.shape[1]
     if cpu and _all_rows_fit(batch * width, head):
         logits = _all_logits(hidden.reshape(batch * width, -1), head).view(batch, width, head.vocab)  # [B, K+1, V]
-        draft = _point_masses(draft_tokens, head.vocab) if draft_logits is None else draft_logits.float()
+        draft = point_mass_rows(draft_tokens, logits, logits=True) if draft_logits is None else draft_logits.float()
         return verify_logits_batched(logits, draft, draft_tokens, num_draft_tokens, temperature=temperature,
                                      top_k=top_k, top_p=top_p, min_p=min_p, generator=generator, uniforms=uniforms,
                                      method=method)

@@ -339,7 +339,12 @@ def reference_logits(head: LMHead, hidden: torch.Tensor, begin: int = 0, end: in
             out[:, a - begin:b - begin] = fixed_order_dot(head.dequantized(a, b).to(h.device), h)
     if head.bias is not None:
         out = torch.add(out, head.bias[begin:end].to(h.device))
-    if head.softcap is not None:
-        cap = torch.tensor(head.softcap, dtype=torch.float32, device=h.device)
-        out = torch.mul(torch.tanh(torch.div(out, cap)), cap)
-    return out
+    return softcapped(out, head.softcap)
+
+
+def softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``logits`` (float32) with the final soft-cap ``cap * tanh(z / cap)`` in float32, or as they are."""
+    if softcap is None:
+        return logits
+    cap = torch.tensor(softcap, dtype=torch.float32, device=logits.device)
+    return torch.mul(torch.tanh(torch.div(logits, cap)), cap)

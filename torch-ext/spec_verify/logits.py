@@ -444,3 +444,19 @@ def warp_probs(
     if rows is None:
         return reference.warp_probs(logits, temperature, top_k, top_p, min_p, normalize)
     return ops.warp_probs(rows, temperature, top_k, top_p, min_p, normalize).reshape(logits.shape)
+
+
+def point_mass_rows(tokens: torch.Tensor, target_rows: torch.Tensor, logits: bool) -> torch.Tensor:
+    """The rows of a point-mass draft (``rows=None``): all mass on each draft token.
+
+    ``[*lead, K, V]`` for ``tokens [*lead, K]``: probability rows of 0 with a 1
+    at the token, or logits rows of -inf with a 0 there (which every warping
+    keeps a point mass). Verifying them is the contract's rule at
+    ``q = delta_t`` -- accept ``t`` with probability ``p(t)``, else draw from
+    ``p`` with ``t`` removed -- exactly as ``verify_sampled_ragged`` does with
+    ``draft_probs=None`` (DESIGN.md, "Ragged layout" and "Prompt lookup").
+    """
+    shape = (*tokens.shape, target_rows.shape[-1])
+    fill, mark = (float("-inf"), 0.0) if logits else (0.0, 1.0)
+    rows = torch.full(shape, fill, dtype=target_rows.dtype, device=target_rows.device)
+    return rows.scatter_(-1, tokens.to(rows.device).unsqueeze(-1), mark)
