@@ -107,6 +107,10 @@ bench-real: build gguf real-models $(PADDED_GGUF) ## prompt lookup and k=auto on
 bench-auto: build ## k=auto's policy simulated on the measured cost curves (no engine noise): against every fixed k, ~30 s
 	$(PY) -m benchmarks.bench_auto
 
+.PHONY: bench-auto-replay
+bench-auto-replay: build real-models | $(LLAMA_STAMP) ## k=auto replayed on the real models' own greedy text (recorded once on llama.cpp into out/): the policy alone, ~10 s
+	$(PY) -m benchmarks.bench_auto_replay
+
 .PHONY: bench-hidden
 bench-hidden: build real-models ## verify_hidden (the LM head in the op) against the floor and torch's head: a bf16 head, then Gemma 3 270M's Q8_0 head
 	$(PY) -m benchmarks.bench_hidden

@@ -31,9 +31,9 @@ is known, priced by eval-cost curves measured in ``make bench-real``:
   by the step's own row); ``+ looking ahead``, ``auto`` as shipped (the
   lookup is asked for all it may propose before ``k`` is chosen, ``k`` is
   chosen knowing the proposal's length, and the evidence is kept per
-  matched n-gram size: here a copy's proposal is a 3-gram match with 0.85,
-  else a 2-gram; prose's a 1-gram with 0.75, a 2-gram with 0.2, a 3-gram
-  with 0.05); fixed ``k = 1 .. 8``.
+  match length (``PromptLookupDraft.context``): here a copy's match is 8+
+  tokens long with 0.7, 4-7 with 0.2, else 3; prose's a 1-gram with 0.75, a
+  2-gram with 0.2, a 3-gram with 0.05); fixed ``k = 1 .. 8``.
 
 Figures are tokens per unit of cost over plain's, medians over seeds. What it
 does not model: the decoder's own Python per round, draws that change with
@@ -56,6 +56,7 @@ CURVES = {
     "llama.cpp + head Gemma": [1.0, 1.12, 1.33, 1.41, 1.66, 1.68, 1.95, 2.05, 2.40],  # ours / ours at n = 1
     "transformers Gemma": [1.0, 1.08, 1.17, 1.94, 2.03, 2.08, 2.72, 2.80, 2.87],
     "llama.cpp SmolLM2": [1.0, 1.34, 1.84, 2.07, 2.38, 2.70, 3.29, 3.45, 3.92],
+    "llama.cpp + head SmolLM2": [1.0, 1.27, 1.59, 1.95, 2.28, 2.69, 3.0, 3.23, 3.63],  # ours / ours at n = 1
     "transformers shipped": [1.0, 1.06, 1.13, 1.29, 1.31, 1.37, 1.52, 1.53, 1.63],
 }
 
@@ -89,10 +90,10 @@ class Text:
         return self.copy or self.rng.random() < (0.3 if i == 0 else 0.5)
 
     def context(self) -> int:
-        """The n-gram size of the lookup's match (DESIGN.md, "k = auto": looking ahead)."""
+        """The lookup's match length, bucketed as ``PromptLookupDraft.context`` (DESIGN.md, "k = auto")."""
         r = self.rng.random()
         if self.copy:
-            return 3 if r < 0.85 else 2
+            return 8 if r < 0.7 else (4 if r < 0.9 else 3)
         return 1 if r < 0.75 else (2 if r < 0.95 else 3)
 
     def acceptance(self) -> float:

@@ -513,8 +513,12 @@ def test_a_context_pools_its_evidence_as_the_prior_of_new_sequences(sv):
     fresh_1, fresh_3, fresh_2 = model.alpha((9, 1)), model.alpha((9, 3)), model.alpha((9, 2))
     assert fresh_1[0] < 0.1 and fresh_3[0] > 0.9  # the pooled acceptance of each context
     assert fresh_2 == model.alpha(9) == [0.5] * 4  # a context never seen, and a plain key: the prior
-    # A sequence's own evidence outweighs the pool (weight 0.25): one accepted 1-gram round.
+    # The pool weighs one round's evidence: one accepted 1-gram round moves the estimate about half
+    # way (not to ~0.8, as at a quarter round: one outcome would undo the pool), a run of them most of it.
     model.record(1, 1, 1, (0.0, 0.01, 0.0), [((9, 1), 1, 1, 1)])
+    assert 0.45 < model.alpha((9, 1))[0] < 0.7
+    for _ in range(3):
+        model.record(1, 1, 1, (0.0, 0.01, 0.0), [((9, 1), 1, 1, 1)])
     assert model.alpha((9, 1))[0] > 0.75
 
 

@@ -27,6 +27,12 @@ from tests.decode_tables import TABLE_V, Tables
 
 def _brute_force(prefix: list, k: int, max_ngram: int, min_ngram: int) -> list:
     """The lookup's rule written out by scanning every earlier start, latest first."""
+    return _brute_force_match(prefix, k, max_ngram, min_ngram)[0]
+
+
+def _brute_force_match(prefix: list, k: int, max_ngram: int, min_ngram: int) -> tuple:
+    """``(proposal, context)``: the context is the match length (the n-gram grown back while the
+    tokens before it and before the suffix agree, at most 8), bucketed 1, 2, 3, 4 (4-7), 8 (8+)."""
     length = len(prefix)
     for n in range(max_ngram, min_ngram - 1, -1):
         if n >= length:
@@ -34,8 +40,12 @@ def _brute_force(prefix: list, k: int, max_ngram: int, min_ngram: int) -> list:
         suffix = prefix[length - n:]
         for start in range(length - n - 1, -1, -1):  # every start but the suffix's own, latest first
             if prefix[start: start + n] == suffix:
-                return prefix[start + n: start + n + k]
-    return []
+                grown = n
+                while grown < 8 and start - (grown - n) - 1 >= 0 and \
+                        prefix[start - (grown - n) - 1] == prefix[length - grown - 1]:
+                    grown += 1
+                return prefix[start + n: start + n + k], {4: 4, 5: 4, 6: 4, 7: 4}.get(grown, min(grown, 8))
+    return [], 0
 
 
 @pytest.mark.parametrize("max_ngram, min_ngram", [(3, 1), (2, 2), (4, 2), (1, 1)])
@@ -43,16 +53,22 @@ def test_lookup_matches_a_brute_force_scan(sv, max_ngram, min_ngram):
     rng = random.Random(max_ngram * 10 + min_ngram)
     draft = sv.PromptLookupDraft(max_ngram=max_ngram, min_ngram=min_ngram)
     found = empty = 0
+    contexts = set()
     for trial in range(400):
         prefix = [rng.randrange(4 if trial % 2 else 12) for _ in range(rng.randrange(1, 40))]
+        if trial % 5 == 0:  # a copy in progress: the prefix's own first tokens repeated after it
+            prefix += prefix[: rng.randrange(len(prefix) + 1)]
         k = rng.randrange(0, 7)
         tokens, rows = draft(torch.tensor(prefix), k)
-        expected = _brute_force(prefix, k, max_ngram, min_ngram)
+        expected, context = _brute_force_match(prefix, k, max_ngram, min_ngram)
         assert rows is None
         assert tokens.dtype == torch.int64 and tokens.tolist() == expected, (prefix, k)
+        assert draft.context == (context if k else 0), (prefix, k)  # k = 0 looks nothing up
         found += bool(expected)
         empty += not expected
+        contexts.add(draft.context)
     assert found > 50 and empty > 20  # both outcomes exercised, or the test is vacuous
+    assert {0, min_ngram} <= contexts and (max_ngram < 3 or {4, 8} <= contexts)  # short and long matches seen
 
 
 def test_lookup_prefers_the_longest_ngram_and_the_latest_occurrence(sv):
@@ -65,6 +81,25 @@ def test_lookup_prefers_the_longest_ngram_and_the_latest_occurrence(sv):
     assert draft(torch.tensor([5, 5, 5, 5]), 4)[0].tolist() == [5]
     assert draft(torch.tensor([5]), 4)[0].tolist() == []
     assert (draft.calls, draft.empty, draft.proposed) == (4, 1, 6)
+
+
+def test_the_context_is_the_match_length_bucketed(sv):
+    """Hand-made prefixes: the n-gram size below max_ngram; at it, how far back the match reaches."""
+    draft = sv.PromptLookupDraft(max_ngram=3, min_ngram=1)
+    cases = [
+        ([4, 1, 9, 1], 1),                                    # only "1" recurs
+        ([4, 1, 2, 9, 1, 2], 2),                              # "1 2", and 4 != 9 before it
+        ([4, 1, 2, 3, 9, 1, 2, 3], 3),                        # a 3-gram that reaches no further
+        ([5, 1, 2, 3, 7, 5, 1, 2, 3], 4),                     # 4 tokens agree ("5 1 2 3")
+        ([8, 6, 5, 1, 2, 3, 7, 0, 6, 5, 1, 2, 3], 4),         # 5 tokens
+        (list(range(10, 22)) + [0] + list(range(10, 22)), 8),  # a 12-token copy in progress: 8+
+        ([1, 2, 3], 0),                                       # no earlier occurrence
+    ]
+    for prefix, context in cases:
+        draft(torch.tensor(prefix), 2)
+        assert draft.context == context, prefix
+    draft.batched([torch.tensor(p) for p, _ in cases], 2)
+    assert draft.context == [c for _, c in cases]
 
 
 def test_batched_lookup_equals_the_single_lookup(sv):

@@ -343,7 +343,7 @@ class _DecodeLoop:
 
     def _context_keys(self, active: list) -> list:
         """Each sequence's key for k="auto"'s acceptance evidence: ``(b, context)`` when the draft names
-        its proposal's kind (``PromptLookupDraft.context``: the matched n-gram size), else ``b``.
+        its proposal's kind (``PromptLookupDraft.context``: the match length, bucketed), else ``b``.
 
         Why: a lookup's acceptance depends on its match far more than on the sequence's recent
         past (Gemma 3 270M, T = 0.8, input-grounded prompts: mean p(t) 0.79 after a 3-gram match,
