@@ -241,8 +241,8 @@ def test_k_auto_point_mass_law_is_exact(sv):
 @pytest.mark.native_only  # pure-Python decode loop; see pytest.ini
 @pytest.mark.parametrize("warping", [None, dict(temperature=0.8)])
 def test_k_auto_chosen_from_the_looked_ahead_proposal_is_exact(sv, warping):
-    """k="auto" looks ahead (DESIGN.md, "k = auto"): k chosen from the proposal itself (its length;
-    the evidence key ``(b, n)`` carries its match's n-gram size) still emits the target's law."""
+    """k="auto" looks ahead (DESIGN.md, "k = auto"): k chosen from the proposal itself (its length,
+    and the evidence key ``(b, c)``'s context: its match's length) still emits the target's law."""
     tables = Tables() if warping is None else LogitTables(sv, warping)
     kwargs = {} if warping is None else dict(warping=warping)
     decoder = _decoder(sv, "SpeculativeDecoder", tables, sv.PromptLookupDraft(max_ngram=2), k="auto", k_max=3,
@@ -252,14 +252,14 @@ def test_k_auto_chosen_from_the_looked_ahead_proposal_is_exact(sv, warping):
     def choose(seqs, caps):
         if not isinstance(seqs[0], tuple):  # the last token (nothing to look ahead for): a plain step
             return 0, None
-        (_, n), = seqs  # the lookup's context: its match's n-gram size
+        (_, n), = seqs  # the lookup's context: its match's length, bucketed
         seen.add((n, caps[0]))
-        return (caps[0] if caps[0] % 2 == 0 else 0), None  # all of an even-length proposal, none of an odd one
+        return (caps[0] if (caps[0] + n) % 2 == 0 else 0), None  # all or none, by the proposal and its match
 
     decoder.auto.choose = choose
     decoder.auto.probe_is_cheap = lambda batch: True  # a table target is as cheap as the lookup: look anyway
     gap = _worst_gap(_enumerate(decoder), tables)
-    assert {c for n, c in seen if n} >= {1, 2}  # proposals of both parities: both branches of the rule ran
+    assert {(c + n) % 2 for n, c in seen if n} == {0, 1} and {n for n, _ in seen} >= {1, 2}  # both branches ran
     assert gap < (TOLERANCE if warping is None else LOGITS_TOLERANCE)
 
 
