@@ -191,7 +191,7 @@ class AutoCost:
         took a sequence from its pool's 0.43 to ~0.09, under what a cheap eval needs (transformers
         Gemma, open prose, T = 0.8: half of ``k = 1``'s paying proposals were skipped); replayed on
         real text (``benchmarks.bench_auto_replay``), its input-grounded Gemma cell on
-        transformers' curve went from 0.88 to 0.96 of the best fixed ``k``, no row worse by 0.02.
+        transformers' curve went from 0.88 to 0.96 of the best fixed ``k``, no row worse by more than 0.03.
         """
         evidence = self._evidence.get(seq)
         acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2

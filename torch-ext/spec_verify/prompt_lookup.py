@@ -87,11 +87,12 @@ def _match_context(seq: list, e: int, n: int) -> int:
     says nothing of how long a copy has run, and a copy that has run on
     predicts the next token far better. Measured on plain greedy output of
     Gemma 3 270M and SmolLM2-135M on llama.cpp (the bench's prompts, 160
-    tokens): the first proposed token was accepted 0.47-0.64 after a match of
-    exactly 3 tokens, 0.97-0.98 after one of 9 or more. Buckets, not the
+    tokens): the first proposed token was accepted 0.47-0.74 after a match of
+    exactly 3 tokens, 0.82-0.98 after one of 9 or more. Buckets, not the
     length itself: each context learns its own acceptance (``k="auto"``),
-    and fewer contexts learn faster (``python -m benchmarks.bench_auto
-    --traces``: 4-7 and 8+ pooled beat one context per length).
+    and fewer contexts learn faster (replayed on the models' own text,
+    ``python -m benchmarks.bench_auto_replay``: 4-7 and 8+ pooled beat one
+    context per length).
     """
     length, m = len(seq), n
     while m < _LONG_MATCH and e - m >= 0 and seq[e - m] == seq[length - 1 - m]:
