@@ -36,6 +36,8 @@ import sys
 
 import torch
 
+from .bench_auto import CURVES, _eval_cost
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRACES = ROOT / "out" / "auto_traces.json"
 K_MAX = 8
@@ -92,11 +94,6 @@ def steps(sv, trace: dict, context: str) -> list:
 # ----------------------------------------------------------------------------
 
 
-def _cost(curve: list, n: int, rng: random.Random) -> float:
-    cost = curve[n - 1] * rng.lognormvariate(0.0, 0.05)
-    return 2 * cost if rng.random() < 0.02 else cost
-
-
 def replay(model, text: list, max_new: int, curve: list, rng: random.Random, k=None) -> tuple:
     """``(tokens, cost)`` of one prompt: fixed ``k``, or ``model`` (an ``AutoCost``) as the decoder drives it."""
     if model is not None:
@@ -111,7 +108,7 @@ def replay(model, text: list, max_new: int, curve: list, rng: random.Random, k=N
             m = min(k, got)
         else:
             m = min(model.choose([key], [got])[0], got) if cap else 0
-        seconds = _cost(curve, m + 1, rng)
+        seconds = _eval_cost(curve, m + 1, rng)  # bench_auto's noise: the two benches price alike
         hit = min(accepted, m)
         if model is not None:
             if cap == 0:
@@ -151,7 +148,6 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from tools.kernel_loader import load_kernel
 
-    from .bench_auto import CURVES
     from .bench_prompts import spread
 
     torch.set_num_threads(1)
