@@ -74,11 +74,16 @@ def test_acceptance_is_recent_and_per_sequence(sv):
     assert after.index(0) <= 6  # falls to plain decoding within a few rounds (some re-measure a size) ...
     retries = [k for k in after[5:] if k > 0]
     assert 1 <= len(retries) <= len(after[5:]) // 4  # ... and tries again, rarely
-    # Sequence 1 has no history of its own: sequence 0's burst is not its evidence.
+    # Sequence 1 has no history of its own: it starts from the draft's pool (sequence 0's burst: the
+    # draft's acceptance so far), and its own outcomes outweigh the pool within a round.
     other = _auto(sv)
     _drive(other, cost, lambda r, k: k, rounds=25, seq=0)
-    assert other.alpha(1) == other.alpha(99)  # both at the prior
-    assert min(other.alpha(0)) > 0.9 > 0.6 > max(other.alpha(1))
+    assert other.alpha(1) == other.alpha(99)  # both at the pool
+    assert min(other.alpha(1)) > 0.9
+    _drive(other, cost, lambda r, k: 0, rounds=1, seq=1, caps=8)  # sequence 1's first round: rejected at once
+    assert other.alpha(1)[0] < 0.6 < 0.9 < min(other.alpha(0))
+    # Without that pool (a fresh cost model), a sequence with no evidence is at the prior 0.5.
+    assert _auto(sv).alpha(1) == [0.5] * 8
 
 
 def test_one_outlier_does_not_move_a_measured_cost(sv):
@@ -99,6 +104,49 @@ def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolate
     assert model.target_cost(1, 4) == model.target_cost(1, 5) == 2.0
     assert model.target_cost(1, 6) is None
     assert model.target_cost(2, 1) is None  # another batch size is its own curve
+
+
+def test_a_measured_curve_that_dips_is_priced_non_decreasing(sv):
+    """c(4) measured below c(3) is noise (more positions cost at least as much): the two are pooled,
+    weighted by their samples, and every size above prices at least that."""
+    model = _auto(sv)
+    for n, seconds, times in ((1, 1.0, 3), (3, 2.0, 3), (4, 1.4, 1), (5, 2.6, 2)):
+        for _ in range(times):
+            model.record(1, n - 1, n - 1, (0.0, seconds, 0.0), [])
+    pooled = (3 * 2.0 + 1 * 1.4) / 4
+    assert [model.target_cost(1, n) for n in (1, 3, 4, 5)] == pytest.approx([1.0, pooled, pooled, 2.6])
+    assert model.target_cost(1, 2) == pytest.approx((1.0 + pooled) / 2)  # interpolated below, as before
+    # The control: a curve already non-decreasing is priced as measured.
+    plain = _auto(sv)
+    for n, seconds in ((1, 1.0), (2, 1.2), (3, 1.9)):
+        plain.record(1, n - 1, n - 1, (0.0, seconds, 0.0), [])
+    assert [plain.target_cost(1, n) for n in (1, 2, 3)] == [1.0, 1.2, 1.9]
+
+
+def test_a_draft_models_acceptance_is_pooled_across_runs(sv):
+    """A draft without contexts (a draft model) keeps its acceptance in one pool across runs: on a curve
+    where k = 1 does not pay at the prior 0.5 once c(2) is measured (1.5 tokens for 1.6 c(1)) but k = 8
+    pays for a good draft (9 tokens for 5.8 c(1)), a second run of a good draft starts at k = 8, and a
+    bad draft, tried once (n = 2 priced optimistically before it is measured), is never tried again."""
+    cost = lambda n: 1.0 + 0.6 * (n - 1)  # noqa: E731
+    good = _auto(sv)
+    chosen = _drive(good, cost, lambda r, k: k, rounds=30)
+    print(f"\ngood draft: k per round {chosen}")
+    assert chosen[:4] == [0, 0, 0, 1] and chosen[-10:] == [8] * 10
+    good.new_run()  # a new prompt: the sequence's evidence is gone, the pool is not
+    assert _drive(good, cost, lambda r, k: k, rounds=3) == [8, 8, 8]
+    bad = _auto(sv)
+    chosen = _drive(bad, cost, lambda r, k: 0, rounds=40)
+    bad.new_run()
+    chosen += _drive(bad, cost, lambda r, k: 0, rounds=20)
+    assert chosen[:4] == [0, 0, 0, 1] and sum(k > 0 for k in chosen) == 1
+    # The control: without the pool (the evidence forgotten with the run), a good draft's second run
+    # starts from the prior 0.5, not at k = 8.
+    forgetful = _auto(sv)
+    _drive(forgetful, cost, lambda r, k: k, rounds=30)
+    forgetful.new_run()
+    forgetful._context.clear()
+    assert _drive(forgetful, cost, lambda r, k: k, rounds=1)[0] < 8
 
 
 # ============================================================================
@@ -265,14 +313,20 @@ def test_a_sampled_rejection_counts_its_acceptance_probability(sv):
     with_probs, outcomes_only = sv.AutoCost(k_max=4), sv.AutoCost(k_max=4)
     with_probs.record(1, 2, 2, (0.0, 0.01, 0.0), [(0, 2, 2, 0, [0.6])])
     outcomes_only.record(1, 2, 2, (0.0, 0.01, 0.0), [(0, 2, 2, 0)])
-    # The documented estimate at position 0: (evidence + 0.25 * prior 0.5) / (1 judged + 0.25).
-    assert with_probs.alpha(0)[0] == pytest.approx((0.6 + 0.25 * 0.5) / 1.25)
-    assert outcomes_only.alpha(0)[0] == pytest.approx((0.0 + 0.25 * 0.5) / 1.25)
-    # An accepted token then a rejected one: positions 0 and 1 judged, each with its own probability.
+
+    def estimate(evidence, prior):  # the documented rule: (evidence + 0.25 * prior) / (1 judged + 0.25)
+        return (evidence + 0.25 * prior) / 1.25
+
+    # The prior is the draft's pool, which holds the same one round (its own prior 0.5).
+    assert with_probs.alpha(0)[0] == pytest.approx(estimate(0.6, estimate(0.6, 0.5)))
+    assert outcomes_only.alpha(0)[0] == pytest.approx(estimate(0.0, estimate(0.0, 0.5)))
+    # An accepted token then a rejected one: positions 0 and 1 judged, each with its own probability
+    # (position 1's prior: the pool's position 1, itself shrunk towards the pool's position 0).
     both = sv.AutoCost(k_max=4)
     both.record(1, 2, 2, (0.0, 0.01, 0.0), [(0, 2, 2, 1, [0.9, 0.3])])
-    a0 = (0.9 + 0.125) / 1.25
-    assert both.alpha(0)[:2] == pytest.approx([a0, (0.3 + 0.25 * a0) / 1.25])
+    p0 = estimate(0.9, 0.5)
+    p1 = estimate(0.3, p0)
+    assert both.alpha(0)[:2] == pytest.approx([estimate(0.9, p0), estimate(0.3, p1)])
 
 
 class _Recording:
@@ -416,8 +470,9 @@ def test_a_plain_step_probes_the_draft_and_judges_it_by_the_emitted_token(sv, cl
 def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv, clock):
     tables = Tables(target_zeros=False)
     target = PricedTarget(tables, lambda n: 3.0, clock)  # 60 ms an eval
-    # A draft token at 0, at 4% of c(1) (under the 5% share: still probed), and at 50%.
-    for seconds, probed_always in ((0.0, True), (0.12 * UNIT, True), (1.5 * UNIT, False)):
+    # A draft token at 0; at 1% of c(1), a look-ahead of k_max = 4 tokens at 4% (under the 5% share:
+    # still probed); at 2% a token, 8% a look-ahead; and at 50% a token.
+    for seconds, probed_always in ((0.0, True), (0.03 * UNIT, True), (0.06 * UNIT, False), (1.5 * UNIT, False)):
         rec = _Recording(sv, 0)
         draft = _CountingDraft(token=1, clock=clock, seconds=seconds)
         sv.SpeculativeDecoder(draft, target, k=rec.model).generate(torch.tensor([0]), max_new=8)

@@ -67,7 +67,7 @@ def _scripted(cls, broken: bool):
             accepted, nxt = super()._verify_round(target_rows, draft_tokens, draft_rows, budgets)
             if broken and accepted[0] < budgets[0]:
                 # Broken: the correction drawn from the target row itself, by the same inverse CDF.
-                row = target_rows[0, accepted[0]].double()
+                row = self._first_rows(target_rows)[accepted[0]].double()
                 if self.warping is not None:
                     row = torch.softmax(row / self.warping.temperature, -1)
                 u = self._last_uniforms[-1]

@@ -390,11 +390,17 @@ class _DecodeLoop:
         where = [(b, i) for b, (k_b, a) in enumerate(zip(budgets, accepted)) for i in range(min(k_b, a + 1))]
         if not where:
             return none
-        seq, pos = (torch.tensor(c, dtype=torch.int64) for c in zip(*where))
-        tokens = draft_tokens[seq, pos]
-        probs = self._token_probs(target_rows[seq, pos], tokens)
-        if draft_rows is not None:
-            q = self._token_probs(draft_rows[seq, pos], tokens)
+        if len(budgets) == 1:  # one sequence: its first len(where) positions, by slicing (no index tensors)
+            n = len(where)
+            tokens, rows, draft = draft_tokens[0, :n], self._first_rows(target_rows)[:n], None if draft_rows is None \
+                else draft_rows[0, :n]
+        else:
+            seq, pos = (torch.tensor(c, dtype=torch.int64) for c in zip(*where))
+            tokens, rows, draft = draft_tokens[seq, pos], target_rows[seq, pos], None if draft_rows is None else \
+                draft_rows[seq, pos]
+        probs = self._token_probs(rows, tokens)
+        if draft is not None:
+            q = self._token_probs(draft, tokens)
             probs = torch.where(q > 0, probs / q, 1.0).clamp(max=1.0)
         out = [[] for _ in budgets]
         for (b, _), value in zip(where, probs.tolist()):
@@ -402,14 +408,30 @@ class _DecodeLoop:
         return [row or None for row in out]
 
     def _token_probs(self, rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """``[J]`` float64: row ``j``'s (warped) probability of ``tokens[j]``."""
-        if self.warping is None:
+        """``[J]`` float64: row ``j``'s (warped) probability of ``tokens[j]``.
+
+        A temperature-only warping is ``softmax(z / T)``, computed as such in
+        float64 (three torch calls where ``warp_probs`` and its sums take
+        seven: this runs in every sampled plain step that probes, right after
+        the eval, and a tiny model's step is ~2 ms). It is ``warp_probs``'s
+        value to float rounding (its ``exp_sv`` against torch's ``exp``):
+        the cost model's estimate, never a decision of verification.
+        """
+        w = self.warping
+        if w is not None and w.top_k == 0 and w.top_p == 1.0 and w.min_p == 0.0:
+            return torch.softmax(rows.double() / w.temperature, -1).gather(-1, tokens[:, None])[:, 0]
+        if w is None:
             weights = rows.double()
         else:
-            weights = warp_probs(rows, normalize=False, **self.warping.kwargs()).double()
+            weights = warp_probs(rows, normalize=False, **w.kwargs()).double()
         mass = weights.sum(-1)
         picked = weights.gather(-1, tokens[:, None])[:, 0]
         return torch.where(mass > 0, picked / mass, 0.0)
+
+    @staticmethod
+    def _first_rows(rows: torch.Tensor) -> torch.Tensor:
+        """The first sequence's ``[k + 1, V]`` of the target's rows (the single-sequence decoder's are just that)."""
+        return rows[0]
 
     def _choose_k(self, active: list, caps: list) -> tuple:
         """``(k to ask the draft for, (predicted tokens, predicted seconds) or None)``."""

@@ -74,6 +74,7 @@ _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon 
 _CONTEXT_WEIGHT = 1.0  # a context's pooled estimate as a prior: one round's worth (see alpha)
 _PROBE_SHARE = 0.05  # a plain step probes the draft while a draft token costs at most this share of c_target(1)
 _CONTEXT_DECAY = 0.98  # a context's pooled evidence, forgotten this much per sequence's round recorded in it
+_DRAFT_POOL = "draft"  # the pool of keys without a context (a draft model): its acceptance over every run
 
 
 class AutoCost:
@@ -118,17 +119,22 @@ class AutoCost:
         # Medians kept until a sample changes them: choose() runs every round, and statistics.median
         # over every measured size each round costs a tiny model's round ~1% (sort in Python, cold caches).
         self._medians: dict = {}  # ("target", batch) -> {positions: s}; ("draft" | "other", batch) -> s
+        self._raw: dict = {}  # (batch, positions) -> that size's median, before the curve is made monotone
         # sequence -> decayed counts per position: accepted, judged (acceptance); extended, reached (reach)
         self._evidence: dict = {}
         # context -> accepted, judged per position, pooled over the sequences keyed (b, context): the
         # prior of a sequence's first rounds in that context (alpha), kept across runs like the curve.
         self._context: dict = {}
+        # key -> alpha_i * reach_i per position (expected_tokens), kept until record() changes the key's
+        # evidence or its context's pool: choose() runs every round, most keys are unchanged since the last.
+        self._emit: dict = {}
 
     # -- measurements ------------------------------------------------------------
 
     def new_run(self) -> None:
         """Forget the sequences' acceptance and reach (new prompts); keep the cost curve."""
         self._evidence = {}
+        self._emit = {}
 
     def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list) -> None:
         """One round: its timings and each sequence's ``(sequence, asked, drafted, accepted[, probs])``.
@@ -142,17 +148,23 @@ class AutoCost:
         outcomes (Rao-Blackwell: the same mean, less noise).
         """
         draft_s, target_s, rest_s = seconds
-        self._target[(batch, drafted + 1)].append(target_s)
+        samples = self._target[(batch, drafted + 1)]
+        samples.append(target_s)
+        median = statistics.median(samples)  # one size's median: the others' did not move
+        if self._raw.get((batch, drafted + 1)) != median:
+            self._raw[(batch, drafted + 1)] = median
+            self._medians.pop(("target", batch), None)
+            self._medians.pop(("costs", batch), None)
         if k_asked:
             self._draft_per_token[batch].append(draft_s / k_asked)
             self._medians.pop(("draft", batch), None)
         self._other[batch].append(rest_s)
-        self._medians.pop(("target", batch), None)
-        self._medians.pop(("costs", batch), None)
         self._medians.pop(("other", batch), None)
+        emit = self._emit
         for outcome in outcomes:
             seq, n_asked, n_drafted, n_accepted = outcome[:4]
             probs = outcome[4] if len(outcome) > 4 else None
+            emit.pop(seq, None)
             acc, judged, ext, reached = self._evidence.setdefault(seq, [[0.0] * self.k_max for _ in range(4)])
             # Rounds with evidence forget fast (a burst ends in a round or two); rounds without it
             # slowly, so a draft that failed is tried again only after a while (a retry costs a longer eval).
@@ -192,21 +204,32 @@ class AutoCost:
         Gemma, open prose, T = 0.8: half of ``k = 1``'s paying proposals were skipped); replayed on
         real text (``benchmarks.bench_auto_replay``), its input-grounded Gemma cell on
         transformers' curve went from 0.88 to 0.96 of the best fixed ``k``, no row worse by more than 0.03.
+
+        A plain key ``b`` (a draft without contexts: a draft model) is shrunk towards the draft's own
+        pool (``_DRAFT_POOL``: every sequence's evidence, kept across runs) at a quarter round's
+        weight, as it was towards 0.5 before: a new prompt starts from the draft's measured
+        acceptance, and a sequence's evidence forgotten over plain steps (a draft model is not
+        probed) returns to it rather than to 0.5, under which a good draft model was never tried
+        again on a steep curve. A quarter round, not one: a draft model has one pool for all its
+        text, and a sequence's own recent outcomes must outweigh it within a round or two (at one
+        round's weight, 25 accepted rounds then a run of rejections kept ``k = 8`` for 18 rounds).
         """
         evidence = self._evidence.get(seq)
         acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
-        context = self._context.get(_context_of(seq))
+        key = _context_of(seq)
+        context = self._context.get(key)
         if context is None:
             return _shrunk(acc, judged, _PRIOR_ALPHA)
         return _shrunk(acc, judged, _PRIOR_ALPHA, priors=_shrunk(context[0], context[1], _PRIOR_ALPHA),
-                       weight=_CONTEXT_WEIGHT)
+                       weight=_PRIOR_WEIGHT if key == _DRAFT_POOL else _CONTEXT_WEIGHT)
 
     def _pooled(self, seq):
-        """The pooled ``[accepted, judged]`` of ``seq``'s context, decayed for this round; None for a plain key."""
+        """The pooled ``[accepted, judged]`` of ``seq``'s context (``_DRAFT_POOL`` for a plain key), decayed
+        for this round."""
         context = _context_of(seq)
-        if context is None:
-            return None
         pooled = self._context.setdefault(context, [[0.0] * self.k_max, [0.0] * self.k_max])
+        for key in [key for key in self._emit if _context_of(key) == context]:
+            del self._emit[key]  # the pool is every such key's prior
         for counts in pooled:
             for i in range(self.k_max):
                 counts[i] *= _CONTEXT_DECAY
@@ -224,17 +247,22 @@ class AutoCost:
         return _shrunk(evidence[2], evidence[3], _PRIOR_REACH)
 
     def probe_is_cheap(self, batch: int) -> bool:
-        """May a plain step ask the draft for one token it will not verify (the probe)?
+        """May the draft be asked for all it may propose before ``k`` is chosen (looking ahead, the probe)?
 
-        Yes while the draft's measured cost per token (a median of at least
-        ``_MIN_SAMPLES``: a first call's warm-up is no verdict) is at most
-        ``_PROBE_SHARE`` of a one-position target eval: a prompt lookup
-        (~20-50 us) always is; a draft model is tried a few times, then left alone.
+        Yes while a look-ahead -- ``k_max`` tokens at the draft's measured
+        cost per token (a median of at least ``_MIN_SAMPLES``: a first call's
+        warm-up is no verdict) -- costs at most ``_PROBE_SHARE`` of a
+        one-position target eval: a prompt lookup (~20-50 us for all it
+        finds) always is; a draft model is tried a few times, then left
+        alone. Why the whole look-ahead, not one token: it is paid every
+        round, plain steps included, and a draft model at 0.6% of
+        ``c_target(1)`` a token (the shipped draft beside the padded
+        stand-in) asked for 8 cost 5-6% of every plain step.
         """
         draft, base = self._draft_per_token.get(batch), self._measured(batch).get(1)
         if not draft or len(draft) < _MIN_SAMPLES or base is None:
             return True
-        return self._median("draft", batch, self._draft_per_token) <= _PROBE_SHARE * base
+        return self.k_max * self._median("draft", batch, self._draft_per_token) <= _PROBE_SHARE * base
 
     def target_cost(self, batch: int, positions: int, measured: dict | None = None):
         """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet).
@@ -266,10 +294,20 @@ class AutoCost:
         return measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
 
     def _measured(self, batch: int) -> dict:
-        """``{positions: median seconds}`` of the target evals measured at ``batch`` (kept until ``record``)."""
+        """``{positions: seconds}`` of the target evals measured at ``batch`` (kept until a median moves).
+
+        Each size's median, then made non-decreasing in ``positions`` (pool
+        adjacent violators, weighted by samples): an eval of more positions
+        does at least the work of fewer, so a curve that dips (``c(4) <
+        c(3)`` from a few samples on a loaded machine) is noise, and priced as
+        measured it made a longer round look cheaper than a shorter one
+        (``k = 3`` chosen over and over on the padded stand-in, AMD EPYC).
+        """
         key = ("target", batch)
         if key not in self._medians:
-            self._medians[key] = {n: statistics.median(s) for (b, n), s in self._target.items() if b == batch and s}
+            sizes = sorted(n for (b, n) in self._raw if b == batch)
+            self._medians[key] = dict(zip(sizes, _monotone([self._raw[(batch, n)] for n in sizes],
+                                                           [len(self._target[(batch, n)]) for n in sizes])))
         return self._medians[key]
 
     def _median(self, name: str, batch: int, samples: dict) -> float:
@@ -290,9 +328,13 @@ class AutoCost:
         """
         tokens = [0.0] * (self.k_max + 1)
         reaches = []
+        cache = self._emit
         for s, cap in zip(seqs, caps):
-            reach = self.reach(s)
-            emit = [a * r for a, r in zip(self.alpha(s), reach)]
+            cached = cache.get(s)
+            if cached is None:
+                reach = self.reach(s)
+                cached = cache[s] = ([a * r for a, r in zip(self.alpha(s), reach)], reach)
+            emit, reach = cached
             total = prefix = 1.0
             tokens[0] += total
             for k in range(1, self.k_max + 1):
@@ -330,12 +372,14 @@ class AutoCost:
         # that looked too fast is chosen anyway, and its median corrects it.
         # Bounded by tries, not by samples: a lookup asked for k + 1 tokens may propose fewer,
         # and the size would never get its samples while the rule kept choosing it.
-        up = [c for c in candidates if -c[1] == -best[1] + 1
-              and 0 < len(self._target.get((batch, -c[1] + 1), ())) < _MIN_SAMPLES
-              and self._retries[(batch, -c[1] + 1)] < _MIN_SAMPLES and c[0] >= _CLOSE * best[0]]
-        chosen = up[0] if up else best
-        if up:
-            self._retries[(batch, -chosen[1] + 1)] += 1
+        chosen, up = best, -best[1] + 1  # up: the next k; its eval has up + 1 positions
+        c = next((c for c in candidates if c[1] == -up), None)
+        if c is not None:
+            size = (batch, up + 1)
+            if (0 < len(self._target.get(size, ())) < _MIN_SAMPLES and self._retries[size] < _MIN_SAMPLES
+                    and c[0] >= _CLOSE * best[0]):
+                chosen = c
+                self._retries[size] += 1
         return -chosen[1], (chosen[2], chosen[3])
 
     def _expected_target_costs(self, batch: int, reaches: list, measured: dict) -> list:
@@ -352,7 +396,10 @@ class AutoCost:
                 p = p * reach[j - 1] if j <= cap else 0.0
                 row.append(p)
             rows.append(row)
-        ge = [1.0] + [1.0 - math.prod(1.0 - row[j] for row in rows) for j in range(1, self.k_max + 1)]
+        if len(rows) == 1:
+            ge = rows[0]  # one sequence: P(W >= j) is its own
+        else:
+            ge = [1.0] + [1.0 - math.prod(1.0 - row[j] for row in rows) for j in range(1, self.k_max + 1)]
         key = ("costs", batch)
         if key not in self._medians:  # c(j + 1), or None: priced once per new sample, not every round
             self._medians[key] = [self.target_cost(batch, j + 1, measured) for j in range(self.k_max + 1)]
@@ -372,8 +419,19 @@ class AutoCost:
 
 
 def _context_of(seq):
-    """The context of an evidence key ``(b, context)``; None for a plain sequence key."""
-    return seq[1] if isinstance(seq, tuple) and len(seq) == 2 else None
+    """The context of an evidence key ``(b, context)``; ``_DRAFT_POOL`` for a plain sequence key."""
+    return seq[1] if isinstance(seq, tuple) and len(seq) == 2 else _DRAFT_POOL
+
+
+def _monotone(values: list, weights: list) -> list:
+    """The non-decreasing fit of ``values`` (least squares, ``weights``): pool adjacent violators."""
+    blocks = []  # [mean, weight, count]
+    for v, w in zip(values, weights):
+        blocks.append([v, max(w, 1), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, w1, c1), (m2, w2, c2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    return [m for m, _, c in blocks for _ in range(c)]
 
 
 def _shrunk(hits: list, trials: list, prior: float, priors: list | None = None,

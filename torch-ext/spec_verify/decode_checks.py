@@ -129,6 +129,8 @@ def eos_set(eos_token_id) -> frozenset:
 
 def as_tokens(value, where: str) -> torch.Tensor:
     """Callback tokens as an int64 CPU tensor, or a clear error."""
+    if type(value) is torch.Tensor and value.dtype is torch.int64 and value.is_cpu:
+        return value  # the usual case, without a torch call (the loop's own cost: check_draft_ids)
     if isinstance(value, (list, tuple)):
         # Checked element by element: torch.tensor(..., dtype=int64) would
         # silently truncate a float (1.7 -> 1) and wrap nothing else.
@@ -218,21 +220,24 @@ def _check_counts(counts, shape: tuple, where: str) -> torch.Tensor:
     return counts
 
 
-def check_draft_ids(tokens: torch.Tensor, budgets: list, vocab: int, where: str):
+def check_draft_ids(tokens: torch.Tensor, budgets: list, vocab: int, where: str) -> None:
     """The draft token ids a sequence will have read (``tokens[b, :budgets[b]]``) inside ``[0, V)``.
 
-    Returns the ``[n, K]`` mask of those positions, or None when every
-    sequence reads all ``K`` (the usual case: no mask needed).
+    In Python over one ``tolist()``: a round's draft is at most a few dozen
+    ids, and after a target eval has evicted the caches one torch call costs
+    more than the whole list (a tiny model's round is ~2 ms; DESIGN.md, "k =
+    auto": the loop's own cost).
     """
-    k_round = tokens.shape[1]
-    read = None if min(budgets) == k_round else torch.arange(k_round).view(1, -1) < torch.tensor(budgets).view(-1, 1)
-    if max(budgets) > 0:
-        lo, hi = (int(x) for x in torch.aminmax(tokens if read is None else tokens[read]))
-        if lo < 0 or hi >= vocab:
-            raise ValueError(
-                f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
-            )
-    return read
+    if max(budgets) == 0:
+        return
+    for row, k_b in zip(tokens.tolist(), budgets):
+        ids = row[:k_b]
+        if ids:
+            lo, hi = min(ids), max(ids)
+            if lo < 0 or hi >= vocab:
+                raise ValueError(
+                    f"{where} returned token {lo if lo < 0 else hi}, outside the target's vocabulary [0, {vocab})"
+                )
 
 
 def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, vocab: int, where: str,
@@ -245,7 +250,7 @@ def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, 
     ``n = 1`` and is named without its batch index.
     """
     name = (lambda b, i: f"[{b}, {i}]") if batched else (lambda b, i: f"[{i}]")  # noqa: E731
-    read = check_draft_ids(tokens, budgets, vocab, where)
+    check_draft_ids(tokens, budgets, vocab, where)
     if draft_rows is None:
         return
     if draft_rows.shape[-1] != vocab:
@@ -255,6 +260,8 @@ def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, 
         )
     if not sampled_probs or max(budgets) == 0:
         return  # greedy never reads the draft rows; verify_logits checks the warped support itself
+    k_round = tokens.shape[1]
+    read = None if min(budgets) == k_round else torch.arange(k_round).view(1, -1) < torch.tensor(budgets).view(-1, 1)
     rows3 = draft_rows.view(tokens.shape[0], tokens.shape[1], -1)
     picked = rows3.gather(2, tokens.to(rows3.device).unsqueeze(-1)).squeeze(-1)
     zero = ((picked <= 0) if read is None else (picked <= 0) & read.to(picked.device)).nonzero()

@@ -275,17 +275,24 @@ class SpeculativeDecoder(_DecodeLoop):
 
     # -- the loop's phases for a batch of one ----------------------------------
 
+    # The loop's draft tokens are [1, m] and its draft rows [1, m, V]; the target's rows stay [m + 1, V]
+    # (_first_rows reads them as the batch's first sequence): a plain step wraps and unwraps nothing.
+
     def _draft_round(self, prefixes: list, k_round: int, rows: list, budgets: list):
         tokens, draft_rows = self._draft(prefixes[0], k_round)
-        return tokens[None], None if draft_rows is None else draft_rows[None], [len(tokens)]
+        return tokens[None], None if draft_rows is None else draft_rows[None], [tokens.shape[0]]
 
     def _target_round(self, prefixes: list, draft_tokens: torch.Tensor, rows: list) -> torch.Tensor:
-        return self._target(prefixes[0], draft_tokens[0])[None]
+        return self._target(prefixes[0], draft_tokens[0])
 
     def _verify_round(self, target_rows, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
-        n_accepted, next_token = self._verify(target_rows[0], draft_tokens[0],
+        n_accepted, next_token = self._verify(target_rows, draft_tokens[0],
                                               None if draft_rows is None else draft_rows[0])
         return [n_accepted], [next_token]
+
+    @staticmethod
+    def _first_rows(rows: torch.Tensor) -> torch.Tensor:
+        return rows
 
     # -- phase 1: draft --------------------------------------------------------
 
@@ -302,7 +309,7 @@ class SpeculativeDecoder(_DecodeLoop):
 
     def _target(self, prefix: torch.Tensor, draft_tokens: torch.Tensor) -> torch.Tensor:
         """The target's ``[k_round + 1, V]`` rows for the proposal, in one call."""
-        k_round = len(draft_tokens)
+        k_round = draft_tokens.shape[0]
         where = f"target_step(prefix, proposed) with {k_round} proposed tokens"
         if self.head is not None:
             return self._check_hidden(self.target_step(prefix, draft_tokens), where, (k_round + 1,),
@@ -316,7 +323,7 @@ class SpeculativeDecoder(_DecodeLoop):
 
     def _verify(self, target_rows, draft_tokens, draft_rows) -> tuple[int, int]:
         """``(accepted count, correction or bonus token)``; op errors re-raised naming the round."""
-        k_round = len(draft_tokens)
+        k_round = draft_tokens.shape[0]
         if k_round or draft_rows is not None:  # a plain step has no draft to check
             check_draft_against_target(draft_tokens[None], [k_round], draft_rows, self._vocab,
                                        f"draft_step(prefix, k={k_round})", self._rows,

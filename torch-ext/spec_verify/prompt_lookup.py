@@ -180,8 +180,11 @@ class PromptLookupDraft:
             ``[m]`` int64 proposed tokens (``m = 0`` when nothing matches) and
             ``None``: point-mass rows.
         """
-        k = check_int("k", k, 0)
-        prefix = _as_prefix(prefix, "prefix")
+        if type(k) is not int or k < 0:
+            k = check_int("k", k, 0)  # raises: bools, non-ints and negatives are named errors
+        if not (type(prefix) is torch.Tensor and prefix.dtype is torch.int64 and prefix.is_cpu
+                and prefix.dim() == 1):
+            prefix = _as_prefix(prefix, "prefix")  # the decoders' prefixes skip this: no torch call
         tokens, self.context = _lookup(prefix, k, self.max_ngram, self.min_ngram) if k else (_EMPTY, 0)
         self.calls += 1
         self.proposed += len(tokens)
