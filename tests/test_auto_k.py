@@ -337,9 +337,9 @@ class _Recording:
             def choose(self, seqs, caps):
                 return min(k, max(caps)), None
 
-            def record(self, batch, k_asked, drafted, seconds, outcomes):
+            def record(self, batch, k_asked, drafted, seconds, outcomes, **kw):
                 self.seen.extend(outcomes)
-                super().record(batch, k_asked, drafted, seconds, outcomes)
+                super().record(batch, k_asked, drafted, seconds, outcomes, **kw)
 
         self.model = Recording(k_max=4)
         self.model.seen = []
@@ -478,6 +478,30 @@ def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv, clock
         sv.SpeculativeDecoder(draft, target, k=rec.model).generate(torch.tensor([0]), max_new=8)
         # The draft's cost is a median of 3 probes before it can refuse the next.
         assert len(draft.calls) == (7 if probed_always else 3)
+
+
+def test_a_lookup_asked_for_less_near_the_end_stays_cheap(sv, clock):
+    """A draft costing the same per call whatever it is asked (a prompt lookup) at 4% of c(1) is looked
+    ahead with in every plain step, to the last token and in the next generations on the same cost
+    model: the gate prices a look-ahead as measured, not a token's cost times k_max (near the end it is
+    asked for 1-3 tokens, which priced per token made it look up to 4x dearer)."""
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: 3.0, clock)
+    rec = _Recording(sv, 0)
+
+    class ConstantCost(_CountingDraft):
+        def __call__(self, prefix, k):
+            self.clock.charge(0.12 * UNIT)  # 4% of c(1), per call
+            return super().__call__(prefix, k)
+
+    for _ in range(4):  # short generations: half the calls ask for fewer than k_max = 4
+        draft = ConstantCost(token=1, clock=clock)
+        sv.SpeculativeDecoder(draft, target, k=rec.model).generate(torch.tensor([0]), max_new=5)
+        assert draft.calls == [4, 3, 2, 1]  # every step but the last, asked for less and less
+    # The control: a draft at 4% of c(1) per token asked is a 16% look-ahead, refused after 3 calls.
+    draft = _CountingDraft(token=1, clock=clock, seconds=0.12 * UNIT)
+    sv.SpeculativeDecoder(draft, target, k=_Recording(sv, 0).model).generate(torch.tensor([0]), max_new=12)
+    assert len(draft.calls) == 3
 
 
 def test_remeasuring_a_size_the_draft_never_reaches_stops_after_three_tries(sv):

@@ -145,16 +145,18 @@ class _Proposal:
     the sequences' evidence keys; ``tokens [n, K]`` / ``rows`` the proposal (rows None: point
     masses) and ``budgets`` each sequence's draft tokens in it; ``asked`` what each sequence's
     draft was asked for (its reach's evidence); ``seconds`` the draft's time and
-    ``asked_of_draft`` the tokens it was asked for then; ``probe`` a plain step's judged token.
+    ``asked_of_draft`` the tokens it was asked for then; ``probe`` a plain step's judged token;
+    ``looked`` whether the draft was asked before ``k`` was chosen (looking ahead).
     """
 
     __slots__ = ("k", "predicted", "keys", "tokens", "rows", "budgets", "asked", "seconds", "asked_of_draft",
-                 "probe")
+                 "probe", "looked")
 
-    def __init__(self, k, predicted, keys, tokens, rows, budgets, asked, seconds, asked_of_draft, probe=None):
+    def __init__(self, k, predicted, keys, tokens, rows, budgets, asked, seconds, asked_of_draft, probe=None,
+                 looked=True):
         self.k, self.predicted, self.keys = k, predicted, keys
         self.tokens, self.rows, self.budgets, self.asked = tokens, rows, budgets, asked
-        self.seconds, self.asked_of_draft, self.probe = seconds, asked_of_draft, probe
+        self.seconds, self.asked_of_draft, self.probe, self.looked = seconds, asked_of_draft, probe, looked
 
 
 class _DecodeLoop:
@@ -277,7 +279,8 @@ class _DecodeLoop:
                 outcomes = self._probe_outcomes(prop.probe, target_rows, prop.keys, caps, next_tokens)
             # The draft's cost is per token asked of it (looking ahead: max(caps)).
             self.auto.record(len(active), prop.asked_of_draft, draft_tokens.shape[1],
-                             (prop.seconds, t_eval, time.perf_counter() - t1 - t_eval), outcomes)
+                             (prop.seconds, t_eval, time.perf_counter() - t1 - t_eval), outcomes,
+                             looked_ahead=prop.looked and prop.asked_of_draft > 0)
         return still
 
     def _propose(self, prefixes: list, active: list, caps: list) -> "_Proposal":
@@ -308,7 +311,7 @@ class _DecodeLoop:
         if max(asked) == 0:
             # A plain step (k = 0, or the last token of every sequence): nothing to draft.
             return _Proposal(k, predicted, active, self._no_draft(len(active)), None, asked, asked,
-                             seconds, asked_of_draft if look is not None else 0)
+                             seconds, asked_of_draft if look is not None else 0, looked=look is not None)
         if look is not None:
             # The look-ahead draft gave rows (a draft model): k was chosen without its tokens,
             # and its first k are a proposal of that length.
@@ -316,7 +319,8 @@ class _DecodeLoop:
             return _Proposal(k, predicted, active, tokens, rows, budgets, asked, seconds, asked_of_draft)
         t0 = time.perf_counter()
         tokens, rows, budgets = self._draft_round(prefixes, max(asked), active, asked)
-        return _Proposal(k, predicted, active, tokens, rows, budgets, asked, time.perf_counter() - t0, k)
+        return _Proposal(k, predicted, active, tokens, rows, budgets, asked, time.perf_counter() - t0, k,
+                         looked=False)
 
     def _look_ahead(self, prefixes: list, active: list, caps: list):
         """k="auto": the draft's proposal of ``max(caps)`` tokens before k is chosen, or None.

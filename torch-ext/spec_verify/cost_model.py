@@ -19,7 +19,8 @@ tokens per second (DESIGN.md, "k = auto"):
   proposed_b)``, and its law follows from the reaches: asking a lookup for
   8 tokens costs what the 3 it finds cost;
 * ``c_target(n)`` is the median of the latest measured target evals of ``n``
-  positions (per batch size): robust to a noisy machine's outliers. An ``n``
+  positions (per batch size): robust to a noisy machine's outliers; the
+  medians are made non-decreasing in ``n`` (more positions never cost less). An ``n``
   never measured is allowed up to ``2 n_max - 1`` (exploration
   by doubling the draft tokens: n = 2, 3, 5, 9), priced optimistically at
   the longest measured cost; a gap below it is interpolated. The first rounds (per batch size) are
@@ -46,8 +47,10 @@ tokens per second (DESIGN.md, "k = auto"):
   proposal's first token is judged by the step's own row (the *probe*), so a
   quote that begins is found in a round, not after the old evidence is
   forgotten. Forgotten evidence returns to the prior
-  (position ``i-1``'s estimate; 0.5 at position 0), so a draft that failed a
-  while ago is tried again where the costs allow.
+  (position ``i-1``'s estimate; 0.5 at position 0; a context's pooled
+  estimate, and for a draft without contexts -- a draft model -- the draft's
+  own pool), so a draft that failed a while ago is tried again where the
+  costs allow.
 
 ``k = 0`` is a plain decoding step (the draft is not called). Exactness: the
 choice depends only on what happened before the round (timings, earlier
@@ -115,6 +118,7 @@ class AutoCost:
         self._target: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._other: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._look_ahead: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))  # s a look-ahead
         self._retries: dict = collections.defaultdict(int)  # (batch size, positions) -> rounds the re-measure rule chose it
         # Medians kept until a sample changes them: choose() runs every round, and statistics.median
         # over every measured size each round costs a tiny model's round ~1% (sort in Python, cold caches).
@@ -136,7 +140,8 @@ class AutoCost:
         self._evidence = {}
         self._emit = {}
 
-    def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list) -> None:
+    def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list,
+               looked_ahead: bool = False) -> None:
         """One round: its timings and each sequence's ``(sequence, asked, drafted, accepted[, probs])``.
 
         ``seconds`` is ``(draft, target, rest)``; ``drafted`` the width the
@@ -145,7 +150,9 @@ class AutoCost:
         lookup may propose fewer, or none). ``probs``, optional: the
         acceptance probability of each judged position (``0 ..
         min(drafted, accepted + 1) - 1``), counted instead of the 0/1
-        outcomes (Rao-Blackwell: the same mean, less noise).
+        outcomes (Rao-Blackwell: the same mean, less noise). ``looked_ahead``:
+        the draft was asked before ``k`` was chosen; its seconds are then
+        also one look-ahead's cost (``probe_is_cheap``).
         """
         draft_s, target_s, rest_s = seconds
         samples = self._target[(batch, drafted + 1)]
@@ -158,6 +165,9 @@ class AutoCost:
         if k_asked:
             self._draft_per_token[batch].append(draft_s / k_asked)
             self._medians.pop(("draft", batch), None)
+            if looked_ahead:
+                self._look_ahead[batch].append(draft_s)
+                self._medians.pop(("look", batch), None)
         self._other[batch].append(rest_s)
         self._medians.pop(("other", batch), None)
         emit = self._emit
@@ -249,20 +259,22 @@ class AutoCost:
     def probe_is_cheap(self, batch: int) -> bool:
         """May the draft be asked for all it may propose before ``k`` is chosen (looking ahead, the probe)?
 
-        Yes while a look-ahead -- ``k_max`` tokens at the draft's measured
-        cost per token (a median of at least ``_MIN_SAMPLES``: a first call's
-        warm-up is no verdict) -- costs at most ``_PROBE_SHARE`` of a
+        Yes while a look-ahead's measured cost (the draft's seconds for all it
+        was asked, a median of at least ``_MIN_SAMPLES`` look-aheads: a first
+        call's warm-up is no verdict) is at most ``_PROBE_SHARE`` of a
         one-position target eval: a prompt lookup (~20-50 us for all it
         finds) always is; a draft model is tried a few times, then left
-        alone. Why the whole look-ahead, not one token: it is paid every
-        round, plain steps included, and a draft model at 0.6% of
-        ``c_target(1)`` a token (the shipped draft beside the padded
-        stand-in) asked for 8 cost 5-6% of every plain step.
+        alone. Why the whole look-ahead, not a token: it is paid every round,
+        plain steps included, and a draft model at 0.6% of ``c_target(1)`` a
+        token (the shipped draft beside the padded stand-in) asked for 8 cost
+        5-6% of every plain step. Why measured per look-ahead, not as a token's
+        cost times ``k_max``: a lookup's cost does not grow with what it is
+        asked, and near the end of a generation it is asked for less.
         """
-        draft, base = self._draft_per_token.get(batch), self._measured(batch).get(1)
-        if not draft or len(draft) < _MIN_SAMPLES or base is None:
+        looks, base = self._look_ahead.get(batch), self._measured(batch).get(1)
+        if not looks or len(looks) < _MIN_SAMPLES or base is None:
             return True
-        return self.k_max * self._median("draft", batch, self._draft_per_token) <= _PROBE_SHARE * base
+        return self._median("look", batch, self._look_ahead) <= _PROBE_SHARE * base
 
     def target_cost(self, batch: int, positions: int, measured: dict | None = None):
         """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet).
