@@ -75,7 +75,7 @@ _MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before 
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 _CONTEXT_WEIGHT = 1.0  # a context's pooled estimate as a prior: one round's worth (see alpha)
-_PROBE_SHARE = 0.05  # a plain step probes the draft while a draft token costs at most this share of c_target(1)
+_PROBE_SHARE = 0.05  # the draft is looked ahead with (and probed) while a look-ahead costs at most this share of c_target(1)
 _CONTEXT_DECAY = 0.98  # a context's pooled evidence, forgotten this much per sequence's round recorded in it
 _DRAFT_POOL = "draft"  # the pool of keys without a context (a draft model): its acceptance over every run
 

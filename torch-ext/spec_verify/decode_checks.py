@@ -274,12 +274,22 @@ def check_draft_against_target(tokens: torch.Tensor, budgets: list, draft_rows, 
         )
 
 
+_NO_ROWS: dict = {}  # (shape, dtype) -> an empty [..., 0, V] draft-rows tensor (nothing in it to modify)
+
+
 def same_dtype(target_rows: torch.Tensor, draft_rows):
     """The sampled ops want both row tensors on one dtype and device; ``[*, K+1, V]`` target rows."""
     if draft_rows is None:
-        # Only when nothing was drafted (last token): the op wants [..., 0, V].
+        # Only when nothing was drafted (a plain step): the op wants [..., 0, V]. Made once per shape: a
+        # sampled plain step runs right after an eval has evicted the caches, where a torch call is dear.
         shape = (*target_rows.shape[:-2], 0, target_rows.shape[-1])
-        return target_rows, target_rows.new_empty(shape)
+        if not target_rows.is_cpu:
+            return target_rows, target_rows.new_empty(shape)
+        key = (shape, target_rows.dtype)
+        empty = _NO_ROWS.get(key)
+        if empty is None:
+            empty = _NO_ROWS[key] = target_rows.new_empty(shape)
+        return target_rows, empty
     if draft_rows.dtype != target_rows.dtype:
         # float32 holds all three accepted dtypes exactly: nothing is lost.
         target_rows, draft_rows = target_rows.float(), draft_rows.float()
