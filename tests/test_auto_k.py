@@ -504,6 +504,51 @@ def test_a_lookup_asked_for_less_near_the_end_stays_cheap(sv, clock):
     assert len(draft.calls) == 3
 
 
+def test_resting_doubles_while_plain_steps_are_chosen_and_ends_at_the_first_k(sv):
+    """The schedule (AutoCost.rest / rested): after 8 chosen plain steps in a row whose own work is above
+    2% of c(1), rests of 1, 2, 4, 8, 8 rounds between single looks; a chosen k > 0 ends it, and the next
+    rest needs 8 plain steps again. The control: work at 1% of c(1) never rests."""
+    for work, rests in ((0.05, True), (0.01, False)):
+        model = _auto(sv)
+        for _ in range(3):
+            model.record(1, 0, 0, (0.0, 1.0, 0.0), [])  # c(1) = 1 s
+        pattern, looks = [], 0
+        for _ in range(60):
+            if model.rest(1):
+                pattern.append("r")
+                continue
+            pattern.append("l")
+            looks += 1
+            model.rested(1, 1 if looks == 14 else 0, work)  # the 14th look verifies one draft token
+        pattern = "".join(pattern)
+        print(f"\nwork {work}: {pattern}")
+        if rests:
+            before = "l" * 8 + "r" + "l" + "rr" + "l" + "rrrr" + "l" + "r" * 8 + "l" + "r" * 8 + "l" + "r" * 8 + "l"
+            assert pattern.startswith(before + "l" * 8 + "r" + "l" + "rr")  # after k = 1: 8 looks, rests from 1
+        else:
+            assert pattern == "l" * 60
+
+
+def test_a_decoder_rests_through_plain_stretches_only_when_its_own_work_shows(sv, clock):
+    """End to end: a lookup costing 4% of c(1) a call (cheap enough to look ahead with, 5%) that never
+    finds a match is asked 8 times, then once per rest (1, 2, 4, 8 rounds); the output is plain greedy's.
+    The control: the same lookup at 1% of c(1) is asked every round."""
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: 3.0, clock)  # c(1) = 60 ms
+    for share, most in ((0.04, 20), (0.01, 59)):
+        class Costly(_CountingDraft):
+            def __call__(self, prefix, k, _share=share):
+                self.clock.charge(_share * 3.0 * UNIT)
+                return super().__call__(prefix, k)
+
+        draft = Costly(token=None, clock=clock)
+        dec = sv.SpeculativeDecoder(draft, target, k="auto", k_max=4)
+        out = dec.generate(torch.tensor([0]), max_new=60)
+        assert out.tolist() == tables.greedy_chain([0], 60)
+        print(f"\nlookup at {share:.0%} of c(1): asked {len(draft.calls)} times in {dec.stats.rounds} rounds")
+        assert dec.stats.rounds == 60 and (len(draft.calls) <= most if share > 0.02 else len(draft.calls) == most)
+
+
 def test_remeasuring_a_size_the_draft_never_reaches_stops_after_three_tries(sv):
     """The next size up is re-measured while it has < 3 samples -- in at most 3 rounds, even if never reached."""
     model = sv.AutoCost(k_max=4)

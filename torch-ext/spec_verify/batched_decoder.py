@@ -146,17 +146,19 @@ class _Proposal:
     masses) and ``budgets`` each sequence's draft tokens in it; ``asked`` what each sequence's
     draft was asked for (its reach's evidence); ``seconds`` the draft's time and
     ``asked_of_draft`` the tokens it was asked for then; ``probe`` a plain step's judged token;
-    ``looked`` whether the draft was asked before ``k`` was chosen (looking ahead).
+    ``looked`` whether the draft was asked before ``k`` was chosen (looking ahead); ``rests`` a
+    resting round's plain step (``AutoCost.rested``: nothing looked at, chosen or recorded).
     """
 
     __slots__ = ("k", "predicted", "keys", "tokens", "rows", "budgets", "asked", "seconds", "asked_of_draft",
-                 "probe", "looked")
+                 "probe", "looked", "rests")
 
     def __init__(self, k, predicted, keys, tokens, rows, budgets, asked, seconds, asked_of_draft, probe=None,
-                 looked=True):
+                 looked=True, rests=False):
         self.k, self.predicted, self.keys = k, predicted, keys
         self.tokens, self.rows, self.budgets, self.asked = tokens, rows, budgets, asked
         self.seconds, self.asked_of_draft, self.probe, self.looked = seconds, asked_of_draft, probe, looked
+        self.rests = rests
 
 
 class _DecodeLoop:
@@ -250,6 +252,7 @@ class _DecodeLoop:
     def _round(self, sequences: list, active: list, on_commit) -> list:
         """One batch round over the unfinished sequences ``active``; returns those still unfinished."""
         stats = self.stats
+        t0 = time.perf_counter()
         # Draft at most remaining - 1: a round emits accepted + 1 tokens.
         caps = [min(self.k, sequences[b].left - 1) for b in active]
         prefixes = [sequences[b].filled for b in active]
@@ -266,7 +269,7 @@ class _DecodeLoop:
         stats.batch_rounds += 1
         still = self._commit_round(sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit)
         stats.record_choice(prop.k, prop.predicted)
-        if self.auto is not None:
+        if self.auto is not None and not prop.rests:
             # With head=, verification computes the head's logits of every row: it is part of
             # the target eval's cost per width, not a constant.
             t_eval = t3 - t1 if self.head is not None else t2 - t1
@@ -281,6 +284,8 @@ class _DecodeLoop:
             self.auto.record(len(active), prop.asked_of_draft, draft_tokens.shape[1],
                              (prop.seconds, t_eval, time.perf_counter() - t1 - t_eval), outcomes,
                              looked_ahead=prop.looked and prop.asked_of_draft > 0)
+            # Resting follows what the round verified (a k chosen but nothing proposed is a plain step).
+            self.auto.rested(len(active), draft_tokens.shape[1], time.perf_counter() - t0 - t_eval)
         return still
 
     def _propose(self, prefixes: list, active: list, caps: list) -> "_Proposal":
@@ -289,6 +294,11 @@ class _DecodeLoop:
         A fixed k, or k="auto" without looking ahead: k first, then the draft asked for it. k="auto"
         looking ahead (``_look_ahead``): the proposal first, then k chosen knowing it.
         """
+        if self.auto is not None and self.auto.rest(len(active)):
+            # Resting (AutoCost.rested): a plain step that neither looks nor chooses.
+            nothing = [0] * len(active)
+            return _Proposal(0, None, active, self._no_draft(len(active)), None, nothing, nothing, 0.0, 0,
+                             looked=False, rests=True)
         t0 = time.perf_counter()
         look = self._look_ahead(prefixes, active, caps)
         seconds, asked_of_draft = time.perf_counter() - t0, max(caps)

@@ -78,6 +78,9 @@ _CONTEXT_WEIGHT = 1.0  # a context's pooled estimate as a prior: one round's wor
 _PROBE_SHARE = 0.05  # the draft is looked ahead with (and probed) while a look-ahead costs at most this share of c_target(1)
 _CONTEXT_DECAY = 0.98  # a context's pooled evidence, forgotten this much per sequence's round recorded in it
 _DRAFT_POOL = "draft"  # the pool of keys without a context (a draft model): its acceptance over every run
+_REST_SHARE = 0.02  # a round's own work (all but the eval) above this share of c_target(1): plain stretches rest
+_REST_AFTER = 8  # chosen plain steps in a row before the first rest
+_REST_MAX = 8  # the longest rest, in rounds (rests double from 1 while the looks between them choose k = 0)
 
 
 class AutoCost:
@@ -132,13 +135,23 @@ class AutoCost:
         # key -> alpha_i * reach_i per position (expected_tokens), kept until record() changes the key's
         # evidence or its context's pool: choose() runs every round, most keys are unchanged since the last.
         self._emit: dict = {}
+        # Resting (rest, rested): per batch size, the round's own work, the chosen plain steps in a
+        # row, the rounds left to rest and the next rest's length.
+        self._work: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._plain_streak: dict = collections.defaultdict(int)
+        self._resting: dict = collections.defaultdict(int)
+        self._next_rest: dict = collections.defaultdict(lambda: 1)
 
     # -- measurements ------------------------------------------------------------
 
     def new_run(self) -> None:
-        """Forget the sequences' acceptance and reach (new prompts); keep the cost curve."""
+        """Forget the sequences' acceptance and reach (new prompts); keep the cost curve. Resting starts
+        afresh too: a new prompt may quote where the last one did not."""
         self._evidence = {}
         self._emit = {}
+        self._plain_streak.clear()
+        self._resting.clear()
+        self._next_rest.clear()
 
     def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list,
                looked_ahead: bool = False) -> None:
@@ -200,6 +213,47 @@ class AutoCost:
             for i in range(min(n_asked, n_drafted + 1, self.k_max)):
                 reached[i] += 1.0
                 ext[i] += float(i < n_drafted)
+
+    # -- resting ---------------------------------------------------------------------
+
+    def rest(self, batch: int) -> bool:
+        """Should this round skip looking and choosing, and be a plain step (resting)?
+
+        Called at the start of every round; ``rested`` reports the round.
+        """
+        left = self._resting[batch]
+        if left:
+            self._resting[batch] = left - 1
+            return True
+        return False
+
+    def rested(self, batch: int, k: int, work: float) -> None:
+        """The round just done (not called after a resting round): ``k`` the draft tokens it verified
+        (0: a plain step, whatever ``choose`` said), and its own ``work`` in seconds (the round's wall
+        time but the target eval: looking, choosing, verify, commit, record).
+
+        Why rest: a round that looks ahead and chooses pays the lookup, the choice and their records
+        after every eval, ~0.1-0.3 ms of Python with cold caches (DESIGN.md, "k = auto": the loop's own
+        cost) -- 5-10% of a tiny model's 2-3 ms step, and nothing when no ``k`` pays. So after
+        ``_REST_AFTER`` chosen plain steps in a row, while the measured work is above ``_REST_SHARE`` of
+        ``c_target(1)``, the next rounds rest (plain steps that neither look nor choose): 1 round, then 2,
+        4, up to ``_REST_MAX`` while the looks between rests keep choosing ``k = 0``. Any ``k > 0`` ends
+        it. A quote that begins during a rest is found at most ``_REST_MAX`` rounds late; a model whose
+        step dwarfs the work (Gemma 3 270M, ~25 ms against ~0.2) never rests.
+        """
+        self._work[batch].append(work)
+        self._medians.pop(("work", batch), None)
+        if k:
+            self._plain_streak[batch] = 0
+            self._next_rest[batch] = 1
+            return
+        self._plain_streak[batch] += 1
+        base = self._measured(batch).get(1)
+        if self._plain_streak[batch] < _REST_AFTER or base is None or \
+                self._median("work", batch, self._work) <= _REST_SHARE * base:
+            return
+        self._resting[batch] = self._next_rest[batch]
+        self._next_rest[batch] = min(2 * self._next_rest[batch], _REST_MAX)
 
     # -- estimates ---------------------------------------------------------------
 
