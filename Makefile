@@ -214,5 +214,13 @@ bench-vllm: build $(VLLM_STAMP) ## the rejection step inside vLLM, spec-verify v
 # native` loads its libllama (LLAMA_CPP_LIB_PATH) and benches llama.cpp's own
 # llama-speculative-simple / llama-speculative beside ours. Skips when built.
 .PHONY: llama-native
-llama-native: $(LLAMA_STAMP) ## llama.cpp -march=native from llama-cpp-python's source, for measuring here only
+llama-native: $(LLAMA_STAMP) ## llama.cpp -march=native from llama-cpp-python's source, for measuring here only (with its own ngram-simple and llama-lookup: bench-real's peers)
 	bash tools/llama_native/build.sh
+
+# Issue 23, item 6: llama.cpp's runtime CPU dispatch (GGML_BACKEND_DL, GGML_CPU_ALL_VARIANTS) against
+# -march=native and the venv's AVX2 wheel, each in its own process (benchmarks/bench_llama_builds.py).
+.PHONY: bench-llama-builds
+bench-llama-builds: $(LLAMA_STAMP) ## llama.cpp's builds side by side: the venv's AVX2 wheel, native, runtime CPU dispatch (builds the last two: ~20 min of both cores)
+	bash tools/llama_native/build.sh native
+	bash tools/llama_native/build.sh dispatch
+	$(PY) -m benchmarks.bench_llama_builds

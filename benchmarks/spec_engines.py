@@ -16,7 +16,9 @@ by side:
   baseline, one eval of one token per new token on the same adapter, timed;
 * ``peers(...)``: the engine's own speculation (llama-cpp-python's
   ``LlamaPromptLookupDecoding``; transformers' ``prompt_lookup_num_tokens``),
-  and the engine's own plain loop, timed from the first new token on;
+  and the engine's own plain loop, timed from the first new token on; on
+  llama.cpp also llama.cpp's own n-gram speculation and plain decoding from
+  the native tools build (``own_ngram_rows``), when that build exists;
 * ``eval_costs(sizes)``: the CPU milliseconds of one target eval of ``n``
   positions with logits at every position (what a round of ``k = n - 1``
   asks for), each size's calls in a row after a 64-token context.
@@ -32,7 +34,9 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -172,7 +176,32 @@ class LlamaEngine:
                 prompt, max_new, temperature, seed, LlamaPromptLookupDecoding(num_pred_tokens=n))
         for step in self._targets.values():
             step.reset()  # Llama.generate used the context: the adapters' records are stale
+        out.update(self.own_ngram_peers(prompt, max_new, temperature, seed, lookup_n))
         return out
+
+    def own_ngram_peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list) -> dict:
+        """llama.cpp's own n-gram speculation and plain decoding (``own_ngram_rows``) on this model, or ``{}``
+        with the reason printed once (the native tools build is missing, or the binaries would read other
+        prompt tokens than ``prompt``)."""
+        from integrations.llama_cpp.bench_llama import NATIVE_BIN
+
+        why = own_ngram_reason(NATIVE_BIN)
+        text = None
+        if why is None:
+            text = self.detokenize(prompt)
+            if list(self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)) != list(prompt):
+                why = ("llama.cpp's binaries tokenize the prompt with BOS as the GGUF asks and special tokens "
+                       "parsed, which gives other ids than this bench's")
+        if why is not None:
+            if not getattr(self, "_own_ngram_noted", False):
+                print(f"llama.cpp's own n-gram speculation on {self.spec.name}: skipped: {why}")
+                self._own_ngram_noted = True
+            return {}
+        return own_ngram_rows(NATIVE_BIN, self.spec.gguf, text, len(prompt), max_new, temperature, seed,
+                              lookup_n, self.threads, self._retokenize)
+
+    def _retokenize(self, text: str) -> list:
+        return list(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def _generate(self, prompt, max_new, temperature, seed, draft_model):
         llama = self.llama
@@ -305,6 +334,130 @@ def _llama_costs(step, sizes, context, calls, head=None, sv=None):
         costs[n] = 1e3 * statistics.median(v[2:])
     step.reset()
     return costs
+
+
+# ----------------------------------------------------------------------------
+# llama.cpp's own n-gram speculation (the native tools build), as peers
+# ----------------------------------------------------------------------------
+
+# llama.cpp's two n-gram drafts, as its own C++ loops run them, and the same build's plain decoding:
+# (row name, binary, extra arguments); {n} is the peer's N (--peer-n), the longest draft.
+# * ngram-simple (llama-speculative-simple --spec-type ngram-simple): the tokens that followed the latest
+#   earlier occurrence of the last OWN_NGRAM_SIZE tokens (as PromptLookupDraft's longest n-gram; no
+#   shorter fallback), at most N of them and at least OWN_NGRAM_SIZE (so N >= OWN_NGRAM_SIZE);
+# * llama-lookup: its n-gram cache of the context, token by token the most frequent follower of the
+#   longest n-gram (4 down to 1) seen often enough, at most N tokens (--spec-draft-n-max); no cache files;
+# * plain: llama-completion, and llama-speculative-simple with an n-gram it can never match (1024 tokens):
+#   the ngram rows' own loop and clock with nothing drafted.
+# At T > 0 both draft loops sample the target token and accept the draft token iff equal: a point-mass
+# draft's rule, so their output follows the target's law.
+OWN_NGRAM_SIZE = 3
+OWN_NGRAM_BINS = ("llama-completion", "llama-speculative-simple", "llama-lookup")
+OWN_NGRAM_ROWS = [
+    ("llama.cpp native plain (llama-completion)", "llama-completion", ["-no-cnv"]),
+    ("llama.cpp native plain (no draft)", "llama-speculative-simple",
+     ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024", "--spec-ngram-simple-size-m", "1"]),
+    ("llama.cpp native ngram-simple N={n}", "llama-speculative-simple",
+     ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(OWN_NGRAM_SIZE),
+      "--spec-ngram-simple-size-m", "{n}"]),
+    ("llama.cpp native llama-lookup N={n}", "llama-lookup", ["--spec-draft-n-max", "{n}"]),
+]
+LOG_DIR = ROOT / ".cache" / "own-logs"  # each run's --log-file, deleted after the run
+_LOG_LINE = re.compile(r"\n*\d+\.\d{2}\.\d{3}\.\d{3} [A-Z] ")  # a timestamped line of llama.cpp's log file
+_PROMPT_COUNT = re.compile(r"encoded\s+(\d+) tokens|prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens")
+
+
+def own_ngram_reason(bin_dir: pathlib.Path) -> str | None:
+    """Why llama.cpp's own n-gram rows cannot run from ``bin_dir`` (None: they can)."""
+    lost = [b for b in OWN_NGRAM_BINS if not (pathlib.Path(bin_dir) / b).is_file()]
+    if lost:
+        return f"{', '.join(lost)} not in {bin_dir} (tools/llama_native/build.sh, or make llama-native)"
+    return None
+
+
+def own_ngram_rows(bin_dir, gguf, text: str, n_prompt: int, max_new: int, temperature: float, seed: int,
+                   lookup_n: list, threads: int, retokenize) -> dict:
+    """llama.cpp's own n-gram speculation and plain decoding on one prompt, each a subprocess of the
+    native build (``OWN_NGRAM_ROWS``): ``{row name: (seconds, seconds, tokens, new tokens)}``.
+
+    Parameters
+    ----------
+    bin_dir : pathlib.Path
+        The native build's binaries (``tools/llama_native/build.sh``).
+    gguf : pathlib.Path
+        The model file, the one the bench's ``Llama`` reads.
+    text : str
+        The prompt's text; the binaries tokenize it with BOS as the GGUF asks (the caller checks the ids
+        are the bench's), and read it verbatim (``--no-escape``). Their context is the bench's ``Llama``'s:
+        ``n_ctx`` ``CONTEXT``, flash attention off (the binaries' ``auto`` turns it on, which moves
+        near-ties: SmolLM2's first open prompt began " in a land" with it, " there was" without).
+    n_prompt : int
+        The bench's prompt length in tokens: each run's reported prompt length is checked against it.
+    max_new : int
+        New tokens (``-n``; the draft loops stop at the first round past it, so they decode up to N more).
+        With ``--ignore-eos``, as ``bench_llama``'s rows: every run decodes them all, but it also sets the
+        end-of-text logits to -inf, which the bench's own loops do not.
+    temperature : float
+        0: greedy; else temperature alone (top-k 0, top-p 1, min-p 0), seeded by ``seed``.
+    seed : int
+        The binaries' sampler seed.
+    lookup_n : list of int
+        The drafts' N; ngram-simple's below ``OWN_NGRAM_SIZE`` are left out (it never drafts there).
+    threads : int
+        ``-t`` and ``-tb``.
+    retokenize : callable
+        ``text -> token ids`` (no BOS): the binaries print text, and the rows' tokens are its ids.
+
+    Returns
+    -------
+    dict
+        Per row, the binary's own timing twice (the bench's CPU and wall slots; it is wall-clock time, one
+        thread), the tokens it timed, and its first ``max_new`` new tokens (its printed text re-tokenized).
+        Timed: the draft loops and the no-draft row, their ``decoded N tokens in S seconds`` (from the
+        last prompt token's eval to the end: evals, drafting, sampling, printing; prompt eval excluded);
+        llama-completion, its ``eval time = S ms / N runs`` (llama_decode of one token only: no sampling).
+    """
+    from integrations.llama_cpp.bench_llama import _run_own
+
+    common = ["-m", str(gguf), "-n", str(max_new), "-c", str(CONTEXT), "-t", str(threads), "-tb", str(threads),
+              "--seed", str(seed), "--ignore-eos", "--temp", str(temperature), "--top-k", "0", "--top-p", "1",
+              "--min-p", "0", "--no-escape", "--flash-attn", "off"]  # as the bench's Llama (the binaries': auto)
+    out = {}
+    for name, binary, extra in OWN_NGRAM_ROWS:
+        for n in (lookup_n if "{n}" in name else [None]):
+            if n is not None and "ngram-simple" in name and n < OWN_NGRAM_SIZE:
+                continue
+            args = common + [a.format(n=n) for a in extra]
+            LOG_DIR.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=LOG_DIR) as tmp:
+                log_path = pathlib.Path(tmp) / "log.txt"
+                tokens, seconds, _ = _run_own(bin_dir / binary, args + ["--log-file", str(log_path), "-p", text])
+                log = log_path.read_text(errors="replace")
+            _check_prompt_count(log, n_prompt, binary)
+            new = retokenize(_generated_text(log, text))[:max_new]
+            out[name.format(n=n)] = (seconds, seconds, tokens, new)
+    return out
+
+
+def _check_prompt_count(log: str, n_prompt: int, binary: str) -> None:
+    """The binary read a prompt of the bench's length (its ``encoded`` / ``prompt eval`` count)."""
+    m = _PROMPT_COUNT.search(log)
+    if m is None:
+        raise RuntimeError(f"{binary}: no prompt token count in its log")
+    count = int(m.group(1) or m.group(2))
+    if count != n_prompt:
+        raise RuntimeError(f"{binary} read {count} prompt tokens, the bench {n_prompt}: not the same prompt")
+
+
+def _generated_text(log: str, prompt_text: str) -> str:
+    """The text a binary printed after echoing the prompt, up to its next timestamped log line (its
+    closing blank lines dropped)."""
+    start = log.find(prompt_text)
+    if start < 0:
+        raise RuntimeError("the prompt's echo is not in the binary's log")
+    rest = log[start + len(prompt_text):]
+    m = _LOG_LINE.search(rest)
+    return (rest[:m.start()] if m else rest).rstrip("\n")
 
 
 # ----------------------------------------------------------------------------
