@@ -58,6 +58,11 @@ CURVES = {
     "llama.cpp SmolLM2": [1.0, 1.34, 1.84, 2.07, 2.38, 2.70, 3.29, 3.45, 3.92],
     "llama.cpp + head SmolLM2": [1.0, 1.27, 1.59, 1.95, 2.28, 2.69, 3.0, 3.23, 3.63],  # ours / ours at n = 1
     "transformers shipped": [1.0, 1.06, 1.13, 1.29, 1.31, 1.37, 1.52, 1.53, 1.63],
+    # AMD EPYC (Zen 4, 32 MiB L3), 2026-12-03, the venv's AVX2 llama.cpp: steeper (a logits row of
+    # Gemma's 262k head costs about a one-token eval there); docs/performance.md, "sixth session".
+    "llama.cpp Gemma, EPYC": [1.0, 2.29, 3.82, 3.33, 4.93, 4.49, 5.69, 5.46, 6.51],
+    "llama.cpp + head Gemma, EPYC": [1.0, 1.22, 1.27, 1.55, 2.14, 2.05, 2.27, 3.27, 3.52],  # ours / ours at n = 1
+    "llama.cpp SmolLM2, EPYC": [1.0, 1.84, 2.77, 2.98, 3.74, 3.88, 4.91, 5.01, 5.59],
 }
 
 # Per emitted token: (P(enter a copy), P(leave it)).

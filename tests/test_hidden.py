@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib
@@ -328,8 +329,9 @@ Q8_KERNEL_SCRIPT = """
     """
 
 
-def run_q8_kernel_script(forced: str | None, qemu_cpu: str | None = None, choice_only: bool = False) -> dict:
-    """Q8_KERNEL_SCRIPT's answer in a fresh process (ATEN_CPU_CAPABILITY inherited: q8_0_expected reads the
+def start_q8_kernel_script(forced: str | None, qemu_cpu: str | None = None,
+                           choice_only: bool = False) -> subprocess.Popen:
+    """Q8_KERNEL_SCRIPT started in a fresh process (ATEN_CPU_CAPABILITY inherited: q8_0_expected reads the
     table it ran)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(
         p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
@@ -339,9 +341,38 @@ def run_q8_kernel_script(forced: str | None, qemu_cpu: str | None = None, choice
     if qemu_cpu is not None:
         env["QEMU_CPU"] = qemu_cpu  # read by qemu-user (binfmt) when the child starts; nothing on hardware
     script = f"CHOICE_ONLY = {choice_only}\n" + textwrap.dedent(Q8_KERNEL_SCRIPT)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=1200)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def q8_choice_names() -> tuple:
+    """The names test_q8_0_kernel_choice_ignores_unknown_and_foreign_names forces: junk, another machine's."""
+    return ("SSE9", "AVX2" if platform.machine() == "aarch64" else "NEON_DOTPROD")
+
+
+@functools.cache
+def q8_children() -> dict:
+    """Every child the two kernel-choice tests below read, started at once, keyed by
+    ``(forced, qemu_cpu, choice_only)``: each child's torch import alone takes ~50 s under qemu, so
+    started one after another the six cost ~6 min of CI's emulated run; together two cores share them."""
+    keys = [(*param.values, False) for param in q8_kernel_params()]
+    keys += [(name, None, True) for name in q8_choice_names()]
+    children = {key: start_q8_kernel_script(*key) for key in keys}
+    atexit.register(lambda: [c.kill() for c in children.values() if c.poll() is None])  # a -k run reads few
+    return children
+
+
+def run_q8_kernel_script(forced: str | None, qemu_cpu: str | None = None, choice_only: bool = False) -> dict:
+    """Q8_KERNEL_SCRIPT's answer: the child q8_children started for these arguments (else a new one)."""
+    child = q8_children().get((forced, qemu_cpu, choice_only)) or start_q8_kernel_script(forced, qemu_cpu,
+                                                                                       choice_only)
+    try:
+        stdout, stderr = child.communicate(timeout=1200)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise
+    assert child.returncode == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 @functools.cache
@@ -389,13 +420,13 @@ def test_each_q8_0_kernel_computes_the_reference_logits(sv, forced, qemu_cpu):
 def test_q8_0_kernel_choice_ignores_unknown_and_foreign_names(sv):
     """Junk, or a kernel of another machine's build: the fastest kernel the CPU runs, as when unset
     (this process, unless SPEC_VERIFY_Q8_ISA is set here; unset children also run in the test above)."""
-    foreign = "AVX2" if platform.machine() == "aarch64" else "NEON_DOTPROD"
-    seen = {name: run_q8_kernel_script(name, choice_only=True) for name in ("SSE9", foreign)}
+    junk, foreign = q8_choice_names()
+    seen = {name: run_q8_kernel_script(name, choice_only=True) for name in (junk, foreign)}
     for name, got in seen.items():
         assert got["q8_isa"] == q8_0_expected(got["arch"], got["isa"], set(got["runs"]), None), (name, got)
-    assert seen["SSE9"]["q8_isa"] == seen[foreign]["q8_isa"]
+    assert seen[junk]["q8_isa"] == seen[foreign]["q8_isa"]
     if "SPEC_VERIFY_Q8_ISA" not in os.environ:
-        assert seen["SSE9"]["q8_isa"] == sv.build_info()["q8_isa"]
+        assert seen[junk]["q8_isa"] == sv.build_info()["q8_isa"]
 
 
 @pytest.mark.llama_cpp  # gguf, installed with the llama.cpp integration's pins
@@ -886,7 +917,8 @@ def _law_gap(a: dict, b: dict) -> float:
     return max(abs(a.get(key, 0.0) - b.get(key, 0.0)) for key in set(a) | set(b))
 
 
-@pytest.mark.parametrize("path", ["fast", "reference"])
+# The reference path is pure torch, the same on every architecture: ~53 s emulated for nothing NEON.
+@pytest.mark.parametrize("path", ["fast", pytest.param("reference", marks=pytest.mark.native_only)])
 def test_sampled_law_by_enumeration(sv, path):
     lm, hr = mod(sv, "lm_head"), mod(sv, "hidden_reference")
     vocab, dim, k, temperature = 5, 16, 2, 0.9
