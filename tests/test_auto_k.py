@@ -21,6 +21,7 @@ to what the cost curve and the acceptance imply:
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
@@ -104,6 +105,24 @@ def test_unmeasured_sizes_are_priced_optimistically_one_step_out_and_interpolate
     assert model.target_cost(1, 4) == model.target_cost(1, 5) == 2.0
     assert model.target_cost(1, 6) is None
     assert model.target_cost(2, 1) is None  # another batch size is its own curve
+
+
+def test_a_cheap_size_between_measured_ones_is_tried_once_and_kept(sv, monkeypatch):
+    """Exploration doubles k (n = 2, 3, 5, 9), so n = 6 .. 8 are interpolated from c(5) and c(9). On the
+    curve llama.cpp with our head measured on an AMD EPYC (c(7) = 2.27, c(9) = 3.52: the head's row loop
+    is rolled for 8+ rows) that prices c(7) at ~2.8, and k = 8 looks best (9 tokens for 3.52 against 7
+    for ~2.8). k = 6, predicted within 0.9x of it, is tried once, measured at 2.27 and kept (7 tokens
+    for 2.27: 3.1 a unit against 2.6)."""
+    curve = [1.0, 1.22, 1.27, 1.55, 2.14, 2.05, 2.27, 3.27, 3.52]
+    cost = lambda n: curve[n - 1]  # noqa: E731
+    chosen = _drive(_auto(sv), cost, lambda r, k: k, rounds=40)  # every draft token kept
+    print(f"\ncheap middle size: k per round {chosen}")
+    assert 6 in chosen[:20] and chosen[-15:] == [6] * 15
+    assert chosen.count(5) + chosen.count(7) <= 2  # the other gaps: at most one try each
+    # The control: without the gap's try (a closeness no prediction reaches), k = 6 is never measured.
+    monkeypatch.setattr(sys.modules[sv.AutoCost.__module__], "_GAP_CLOSE", 2.0)
+    chosen = _drive(_auto(sv), cost, lambda r, k: k, rounds=40)
+    assert 6 not in chosen and chosen[-15:] == [8] * 15
 
 
 def test_a_measured_curve_that_dips_is_priced_non_decreasing(sv):

@@ -23,7 +23,8 @@ tokens per second (DESIGN.md, "k = auto"):
   medians are made non-decreasing in ``n`` (more positions never cost less). An ``n``
   never measured is allowed up to ``2 n_max - 1`` (exploration
   by doubling the draft tokens: n = 2, 3, 5, 9), priced optimistically at
-  the longest measured cost; a gap below it is interpolated. The first rounds (per batch size) are
+  the longest measured cost; a gap below it is interpolated, and tried
+  once when predicted within 0.9x of the best (a curve is not straight). The first rounds (per batch size) are
   plain steps until ``c_target(1)`` has 3 samples, so a first call's warm-up
   cannot make plain decoding look slow; the next size up from the best,
   while it has fewer than 3 samples and is predicted within 0.8x of the
@@ -73,6 +74,7 @@ _PRIOR_ALPHA = 0.5  # acceptance assumed at position 0 before any evidence
 _PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any evidence
 _MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before one size's median is trusted
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
+_GAP_CLOSE = 0.9  # a never-measured size between measured ones, predicted within this factor of the best, is tried once
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 _CONTEXT_WEIGHT = 1.0  # a context's pooled estimate as a prior: one round's worth (see alpha)
 _PROBE_SHARE = 0.05  # the draft is looked ahead with (and probed) while a look-ahead costs at most this share of c_target(1)
@@ -446,6 +448,33 @@ class AutoCost:
                     and c[0] >= _CLOSE * best[0]):
                 chosen = c
                 self._retries[size] += 1
+        if chosen is best:
+            chosen = self._gap(batch, candidates, best)
+        return -chosen[1], (chosen[2], chosen[3])
+
+    def _gap(self, batch: int, candidates: list, best: tuple) -> tuple:
+        """The best candidate, or a size in a gap of the measured curve worth one try.
+
+        Exploration doubles the draft tokens (k = 1, 2, 4, 8: n = 2, 3, 5, 9), so the sizes between
+        are interpolated -- and a curve is not always straight: llama.cpp with our head in the op on
+        an AMD EPYC (Zen 4) measured c(7) = 2.27 and c(9) = 3.52 c(1) (GCC rolls the head's row loop
+        for 8+ rows), so c(7) was priced 2.83 from c(5) and c(9), and k = 6, the best fixed k there,
+        was found late or never (``bench_auto_replay``: 0.77 of k = 6 in the bench's cell). So a
+        never-measured size below the longest measured one, predicted within ``_GAP_CLOSE`` of the
+        best, is tried once (ever, per batch size): at most ``1 - _GAP_CLOSE`` of a round lost per
+        gap. Replayed (21 seeds): that cell 0.77 -> 0.90 of its best fixed k, the worst row of all
+        0.77 -> 0.88 (DESIGN.md, "k = auto"; docs/performance.md, seventh session).
+        """
+        measured = self._measured(batch)
+        longest = max(measured)
+        for c in sorted(candidates, reverse=True):
+            if c[0] < _GAP_CLOSE * best[0]:
+                break
+            size = (batch, -c[1] + 1)
+            if size[1] < longest and size[1] not in measured and not self._retries[size]:
+                self._retries[size] += 1
+                return c
+        return best
         return -chosen[1], (chosen[2], chosen[3])
 
     def _expected_target_costs(self, batch: int, reaches: list, measured: dict) -> list:
