@@ -63,6 +63,9 @@ CURVES = {
     "llama.cpp Gemma, EPYC": [1.0, 2.29, 3.82, 3.33, 4.93, 4.49, 5.69, 5.46, 6.51],
     "llama.cpp + head Gemma, EPYC": [1.0, 1.22, 1.27, 1.55, 2.14, 2.05, 2.27, 3.27, 3.52],  # ours / ours at n = 1
     "llama.cpp SmolLM2, EPYC": [1.0, 1.84, 2.77, 2.98, 3.74, 3.88, 4.91, 5.01, 5.59],
+    # transformers' float32 forward there (2026-12-03, seventh session): 2 and 3 positions cost more than
+    # 4 to 9 (each reads the 671 MB float32 head once per row; from 4 rows one GEMM reads it once).
+    "transformers Gemma, EPYC": [1.0, 1.87, 2.53, 1.63, 1.92, 1.86, 2.23, 1.93, 2.15],
 }
 
 # Per emitted token: (P(enter a copy), P(leave it)).
