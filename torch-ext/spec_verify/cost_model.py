@@ -475,7 +475,6 @@ class AutoCost:
                 self._retries[size] += 1
                 return c
         return best
-        return -chosen[1], (chosen[2], chosen[3])
 
     def _expected_target_costs(self, batch: int, reaches: list, measured: dict) -> list:
         """``E[c_target(W + 1)]`` for every ``k`` in ``0 .. k_max`` (None: unpriced), ``W = max_b min(k, cap_b, proposed_b)``.
