@@ -9,11 +9,16 @@ falls on all of them alike; medians:
 * torch row -- one row of torch's head, ``h[:1] @ W.T`` in bfloat16;
 * naive   -- torch's ``[K+1, V]`` logits (``h @ W.T``, bfloat16) then ``verify_logits``;
 * ours    -- ``verify_hidden``, greedy and sampled (temperature 1), every draft
-  token accepted (the worst case: every row's decision is made).
+  token accepted (the worst case: every row's decision is made);
+* one row -- ``verify_hidden`` of one row and no draft (a plain decoding step
+  on the head: what k = 0 costs).
 
 Bars: ours <= 2.0x floor (bf16), <= 2.5x floor (Q8_0), <= 1.5x torch row.
 The Q8_0 head is the bf16 head quantized as ggml does (the same shape as
-Gemma 3 270M's tied head); with --gguf, a real file's head instead.
+Gemma 3 270M's tied head); with --gguf, a real file's head instead. It runs
+twice: in GGUF's block order (``q8_0``, read in place) and repacked by 16 ids
+(``q8_0_r16``, ``LMHead.repacked``: DESIGN.md, Note [Q8_0 repacked by 16]),
+the same logits bit for bit.
 """
 
 from __future__ import annotations
@@ -84,11 +89,13 @@ def main(argv=None) -> int:
     v, d, k = args.vocab, args.dim, args.rows - 1
     w = (torch.randn(v, d, generator=gen) * 0.05).to(torch.bfloat16)
     heads = {"bf16": sv.LMHead(w)}
-    heads["q8_0"] = sv.LMHead.from_gguf(args.gguf) if args.gguf else sv.LMHead.q8_0(q8_0_blocks(w), d)
+    heads["q8_0"] = sv.LMHead.from_gguf(args.gguf, repack=False) if args.gguf else sv.LMHead.q8_0(q8_0_blocks(w), d)
+    heads["q8_0_r16"] = heads["q8_0"].repacked()
     results, load_before = {}, os.getloadavg()
     for name, head in heads.items():
         hidden = torch.randn(k + 1, head.dim, generator=gen)
         wb = head.weight if head.format == "BF16" else head.dequantized().to(torch.bfloat16)
+        no_draft = torch.empty(0, dtype=torch.long)
         logits = sv.ops.hidden_logits(hidden, head.weight, head.bias, head.format_code, head.dim)
         greedy_tokens = logits[:k].argmax(-1)  # every draft token accepted
         u0 = torch.zeros(k + 1, dtype=torch.float64)  # u = 0 accepts every token of positive weight
@@ -101,25 +108,32 @@ def main(argv=None) -> int:
             "naive_greedy": lambda: sv.verify_logits((hb @ wb.T).float(), logits[:k], greedy_tokens, temperature=0.0),
             "ours_greedy": lambda: sv.verify_hidden(hidden, head, greedy_tokens, temperature=0.0),
             "ours_sampled": lambda: sv.verify_hidden(hidden, head, greedy_tokens, temperature=1.0, uniforms=u0),
+            "ours_one_row": lambda: sv.verify_hidden(hidden[:1], head, no_draft, temperature=0.0),
         }
         assert sv.verify_hidden(hidden, head, greedy_tokens, temperature=0.0)[0] == k
         assert sv.verify_hidden(hidden, head, greedy_tokens, temperature=1.0, uniforms=u0)[0] == k
         results[name] = interleaved_medians(fns, args.repeats)
     load_after = os.getloadavg()
-    bars = {"bf16": 2.0, "q8_0": 2.5}
+    bars = {"bf16": 2.0, "q8_0": 2.5, "q8_0_r16": 2.5}
     machine = (f"{cpu_name()}, {os.cpu_count()} cores, ISA {sv.build_info()['head_isa']} (Q8_0: {sv.build_info()['q8_isa']}), {args.threads} thread(s), "
                f"load average {load_before[0]:.1f} before / {load_after[0]:.1f} after")
     print(f"verify_hidden, V = {v}, d = {d}, K+1 = {k + 1}; {machine}")
-    print(f"{'head':6} {'MB':>6} {'floor':>8} {'torch row':>10} {'naive':>8} {'greedy':>8} {'sampled':>8} "
-          f"{'g/floor':>8} {'s/floor':>8} {'g/row':>6} {'s/row':>6} {'naive/g':>8}")
+    print(f"{'head':8} {'MB':>4} {'floor':>6} {'torch row':>9} {'naive':>6} {'greedy':>6} {'sampled':>7} "
+          f"{'one row':>7} {'g/floor':>7} {'s/floor':>7} {'1/floor':>7} {'g/row':>6} {'s/row':>6} {'naive/g':>7}")
     for name, r in results.items():
         mb = heads[name].nbytes / 1e6
-        print(f"{name:6} {mb:6.0f} {r['floor']:8.1f} {r['torch_row']:10.1f} {r['naive_greedy']:8.1f} "
-              f"{r['ours_greedy']:8.1f} {r['ours_sampled']:8.1f} {r['ours_greedy'] / r['floor']:7.2f}x "
-              f"{r['ours_sampled'] / r['floor']:7.2f}x {r['ours_greedy'] / r['torch_row']:5.2f}x "
-              f"{r['ours_sampled'] / r['torch_row']:5.2f}x {r['naive_greedy'] / r['ours_greedy']:7.2f}x")
+        print(f"{name:8} {mb:4.0f} {r['floor']:6.1f} {r['torch_row']:9.1f} {r['naive_greedy']:6.1f} "
+              f"{r['ours_greedy']:6.1f} {r['ours_sampled']:7.1f} {r['ours_one_row']:7.1f} "
+              f"{r['ours_greedy'] / r['floor']:6.2f}x {r['ours_sampled'] / r['floor']:6.2f}x "
+              f"{r['ours_one_row'] / r['floor']:6.2f}x {r['ours_greedy'] / r['torch_row']:5.2f}x "
+              f"{r['ours_sampled'] / r['torch_row']:5.2f}x {r['naive_greedy'] / r['ours_greedy']:6.2f}x")
         print(f"       bars: greedy <= {bars[name]}x floor: {r['ours_greedy'] / r['floor'] <= bars[name]}; "
               f"<= 1.5x torch row: {r['ours_greedy'] / r['torch_row'] <= 1.5}")
+    if "q8_0_r16" in results:
+        a, b = results["q8_0"], results["q8_0_r16"]
+        print("Q8_0 in GGUF's order / repacked by 16: " + ", ".join(
+            f"{col} {a[key] / b[key]:.2f}x" for col, key in
+            [("greedy", "ours_greedy"), ("sampled", "ours_sampled"), ("one row", "ours_one_row")]))
     print("(times in ms, medians; contenders interleaved in one run)")
     if args.json:
         with open(args.json, "w") as f:

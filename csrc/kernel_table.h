@@ -140,19 +140,25 @@ struct RowOps {
 // The LM head's logits (csrc/cpu/hidden_impl.h; DESIGN.md, Note [LM head logits])
 // ----------------------------------------------------------------------------
 
-// Weight formats: dense float32 / float16 / bfloat16 rows, or GGUF Q8_0 blocks
-// (an fp16 scale then 32 int8 per block of 32 elements, 34 bytes).
-enum HeadFormat : int32_t { kHeadF32 = 0, kHeadF16 = 1, kHeadBF16 = 2, kHeadQ8_0 = 3 };
+// Weight formats: dense float32 / float16 / bfloat16 rows, GGUF Q8_0 blocks
+// (an fp16 scale then 32 int8 per block of 32 elements, 34 bytes), or the same
+// blocks repacked by 16 ids (DESIGN.md, Note [Q8_0 repacked by 16]).
+enum HeadFormat : int32_t { kHeadF32 = 0, kHeadF16 = 1, kHeadBF16 = 2, kHeadQ8_0 = 3, kHeadQ8_0R16 = 4 };
 constexpr int64_t kHeadLanes = 16;    // the dot product's partial sums
 constexpr int64_t kQ8Block = 32;      // elements per Q8_0 block
 constexpr int64_t kQ8BlockBytes = 34;
+constexpr int64_t kQ8GroupIds = 16;   // ids per repacked group
+constexpr int64_t kQ8GroupBytes = kQ8GroupIds * kQ8BlockBytes;  // one block of 16 ids: 16 scales, 8 x 64 bytes
+
+inline bool is_q8_format(int32_t format) { return format == kHeadQ8_0 || format == kHeadQ8_0R16; }
 
 // One tile of ids [begin, end) for every row: out[r * out_stride + v - begin]
 // = the Note's logit of hidden row r at id v (bias included if given).
 struct HeadTile {
-  const uint8_t* weight;  // row v at weight + v * row_bytes
+  const uint8_t* weight;  // row v at weight + v * row_bytes (Q8_0_R16: group v / 16 there, for v < grouped)
   int64_t row_bytes;
   int32_t format;         // HeadFormat
+  int64_t grouped;        // Q8_0_R16: ids [0, grouped) repacked by 16 (V rounded down to 16); else 0
   int64_t dim;            // d
   const float* hidden;    // dense heads: rows x padded_dim float32, zero past dim
   int64_t padded_dim;     // d rounded up to kHeadLanes

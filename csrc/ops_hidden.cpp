@@ -53,9 +53,10 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The op's weight_format (torch-ext/spec_verify/lm_head.py: DENSE, Q8_0).
+// The op's weight_format (torch-ext/spec_verify/lm_head.py: DENSE, Q8_0, Q8_0_R16).
 constexpr int64_t kFormatDense = 0;
 constexpr int64_t kFormatQ8_0 = 1;
+constexpr int64_t kFormatQ8_0R16 = 2;
 
 // ----------------------------------------------------------------------------
 // A Q8_0 head's rows, quantized as ggml's quantize_row_q8_0_ref
@@ -133,14 +134,15 @@ struct Head {
 // The weights: format, shape, bias, the tile geometry (no rows yet: set_rows).
 Head check_weights(const at::Tensor& weight, const std::optional<at::Tensor>& bias, int64_t weight_format,
                    int64_t dim) {
-  TORCH_CHECK_VALUE(weight_format == kFormatDense || weight_format == kFormatQ8_0,
-                    "weight_format must be 0 (dense rows) or 1 (Q8_0 blocks), got ", weight_format);
+  TORCH_CHECK_VALUE(weight_format == kFormatDense || weight_format == kFormatQ8_0 || weight_format == kFormatQ8_0R16,
+                    "weight_format must be 0 (dense rows), 1 (Q8_0 blocks) or 2 (Q8_0 blocks repacked by 16), got ",
+                    weight_format);
   TORCH_CHECK_VALUE(weight.device().is_cpu(), "weight must be on the CPU");
   TORCH_CHECK_VALUE(weight.dim() == 2, "weight must have 2 dimensions, got shape ", weight.sizes());
   Head h;
   h.vocab = weight.size(0);
   check_vocab("weight", h.vocab);
-  int32_t format = kHeadQ8_0;
+  int32_t format = weight_format == kFormatQ8_0R16 ? kHeadQ8_0R16 : kHeadQ8_0;
   int64_t row_bytes = 0;
   if (weight_format == kFormatDense) {
     check_float_rows("weight", weight, 2);
@@ -171,6 +173,7 @@ Head check_weights(const at::Tensor& weight, const std::optional<at::Tensor>& bi
   h.tile.weight = static_cast<const uint8_t*>(h.weight.data_ptr());
   h.tile.row_bytes = row_bytes;
   h.tile.format = format;
+  h.tile.grouped = format == kHeadQ8_0R16 ? h.vocab / kQ8GroupIds * kQ8GroupIds : 0;
   h.tile.dim = dim;
   h.tile.padded_dim = (dim + kHeadLanes - 1) / kHeadLanes * kHeadLanes;
   h.tile.bias = h.bias.defined() ? h.bias.data_ptr<float>() : nullptr;
@@ -190,7 +193,7 @@ void set_rows(Head& h, at::ArrayRef<at::Tensor> blocks, const at::TensorOptions&
     at_row += b.size(0);
   }
   h.tile.hidden = h.hidden.data_ptr<float>();
-  if (h.tile.format == kHeadQ8_0) {
+  if (is_q8_format(h.tile.format)) {
     const int64_t nb = dim / kQ8Block;
     h.hq = at::empty({h.rows, dim}, options.dtype(at::kChar));
     h.hscale = at::empty({h.rows, nb}, options.dtype(at::kFloat));
@@ -240,7 +243,7 @@ void keep_logits(Head& h) {
 HeadTile rows_from(const HeadTile& tile, int64_t r0) {
   HeadTile t = tile;
   t.hidden = tile.hidden + r0 * tile.padded_dim;
-  if (tile.format == kHeadQ8_0) {
+  if (is_q8_format(tile.format)) {
     t.hq = tile.hq + r0 * tile.dim;
     t.hscale = tile.hscale + r0 * (tile.dim / kQ8Block);
     t.hsum = tile.hsum + r0 * (tile.dim / kQ8Block);
@@ -249,7 +252,7 @@ HeadTile rows_from(const HeadTile& tile, int64_t r0) {
 }
 
 void run_head(const HeadTile& tile) {
-  if (tile.format == kHeadQ8_0) {
+  if (is_q8_format(tile.format)) {
     kernels().q8_logits(tile);
   } else {
     kernels().head_logits(tile);

@@ -56,6 +56,7 @@ def heads(sv, vocab, dim, gen, bias=False):
     out = [sv.LMHead(w.to(dt), bias=b) for dt in (torch.float32, torch.float16, torch.bfloat16)]
     if dim % 32 == 0:
         out.append(sv.LMHead.q8_0(q8_0_blocks(w), dim, bias=b))
+        out.append(out[-1].repacked())
     return out
 
 
@@ -78,7 +79,7 @@ def test_logits_equal_reference_bit_for_bit(sv, vocab, dim):
             exact = h.double() @ head.dequantized().double().T
             if head.bias is not None:
                 exact += head.bias.double()
-            if head.format == "Q8_0":
+            if head.is_q8_0:
                 assert ((fast.double() - exact).abs() <= q8_0_error_bound(head, h)).all(), (head, rows)
             else:
                 assert torch.allclose(fast.double(), exact, rtol=1e-4, atol=1e-4 * math.sqrt(dim))
@@ -97,7 +98,7 @@ def q8_0_error_bound(head, h: torch.Tensor) -> torch.Tensor:
     lm = importlib.import_module(type(head).__module__)
     n, nb = h.shape[0], head.dim // 32
     q, dx = lm.quantize_rows_q8_0(h)
-    blocks = head.weight.reshape(head.vocab, nb, 34)
+    blocks = head.gguf_blocks().reshape(head.vocab, nb, 34)
     dw = blocks[..., :2].contiguous().view(torch.float16).double()[..., 0]  # [V, nb]
     qw = blocks[..., 2:].contiguous().view(torch.int8).double().abs()  # [V, nb, 32]
     x = h.double().abs().reshape(n, nb, 32)
@@ -195,18 +196,18 @@ def test_each_instruction_set_computes_the_same_logits(sv, capability):
 Q8_ISA_SCRIPT = """
     import importlib, os, torch
     from tools.kernel_loader import load_kernel
-    from tests.test_hidden import q8_0_cpu_runs, q8_0_expected, q8_0_kernel_cases, same_logits
+    from tests.test_hidden import q8_0_case_references, q8_0_cpu_runs, q8_0_expected, q8_0_kernel_cases, same_logits
     sv = load_kernel()
     lm = importlib.import_module(sv.__name__ + ".lm_head")
     info = sv.build_info()
     print(info["head_isa"])
     want = q8_0_expected(info["arch"], info["isa"], q8_0_cpu_runs(), os.environ.get("SPEC_VERIFY_Q8_ISA"))
     bad = int(info["q8_isa"] != want)
-    for head, h in q8_0_kernel_cases(sv):
-        ref = lm.reference_logits(head, h)
+    cases = q8_0_kernel_cases(sv)
+    for (head, h), ref in zip(cases, q8_0_case_references(lm, cases)):
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            bad += not same_logits(ref, sv.ops.hidden_logits(h, head.weight, head.bias, 1, head.dim))
+            bad += not same_logits(ref, sv.ops.hidden_logits(h, head.weight, head.bias, head.format_code, head.dim))
     print(bad)
     """
 
@@ -271,7 +272,8 @@ def q8_0_kernel_cases(sv) -> list:
       reach +-127: products of 128 * 127, a pair of them 32512 (the int16 bound of AVX2 and NEON);
     * weight blocks with scale +-0, an fp16 subnormal, 65504, +-inf and NaN (NaN / inf logits);
     * the activations' edges (q8_0_edge_rows: zero-scale blocks, NaN / -inf / fp16-overflow rows)
-      against the probe head and against random weights.
+      against the probe head and against random weights;
+    * every one of these heads again repacked by 16 (``LMHead.repacked``).
     """
     gen = torch.Generator().manual_seed(0)
     out = []
@@ -299,7 +301,21 @@ def q8_0_kernel_cases(sv) -> list:
     x = q8_0_edge_rows()
     out.append((_probe_head(sv, x.shape[1]), x))
     out.append((sv.LMHead.q8_0(q8_0_blocks(torch.randn(23, x.shape[1], generator=gen)), x.shape[1]), x))
-    return out
+    # Every head again repacked by 16 (Note [Q8_0 repacked by 16]): V < 16 is all tail; 17, 45, 61, 999,
+    # 1031, 2049 whole groups then 1 to 13 ids in GGUF's order. q8_0_case_references relies on this order.
+    return out + [(head.repacked(), h) for head, h in out]
+
+
+def q8_0_case_references(lm, cases: list) -> list:
+    """lm_head.reference_logits of each q8_0_kernel_cases case, computed on the GGUF-order heads (the first
+    half) and reused for their repacked twins (the second half: the same blocks, so by the Note the same
+    function; so each repacked kernel is held to the untouched blocks' logits). Half the reference's work,
+    which under qemu is most of each kernel child's."""
+    half = len(cases) // 2
+    assert all(b.format == "Q8_0_R16" and b.vocab == a.vocab and hb is ha
+               for (a, ha), (b, hb) in zip(cases[:half], cases[half:]))
+    refs = [lm.reference_logits(head, h) for head, h in cases[:half]]
+    return refs + refs
 
 
 def logits_bytes(z: torch.Tensor) -> bytes:
@@ -312,16 +328,16 @@ def logits_bytes(z: torch.Tensor) -> bytes:
 Q8_KERNEL_SCRIPT = """
     import hashlib, importlib, json, torch
     from tools.kernel_loader import load_kernel
-    from tests.test_hidden import logits_bytes, q8_0_cpu_runs, q8_0_kernel_cases, same_logits
+    from tests.test_hidden import logits_bytes, q8_0_case_references, q8_0_cpu_runs, q8_0_kernel_cases, same_logits
     sv = load_kernel()
     lm = importlib.import_module(sv.__name__ + ".lm_head")
     info = sv.build_info()
     bad, digest = 0, hashlib.sha256()
-    for head, h in ([] if CHOICE_ONLY else q8_0_kernel_cases(sv)):
-        ref = lm.reference_logits(head, h)
+    cases = [] if CHOICE_ONLY else q8_0_kernel_cases(sv)
+    for (head, h), ref in zip(cases, q8_0_case_references(lm, cases)):
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            fast = sv.ops.hidden_logits(h, head.weight, head.bias, 1, head.dim)
+            fast = sv.ops.hidden_logits(h, head.weight, head.bias, head.format_code, head.dim)
             bad += not same_logits(ref, fast)
         digest.update(logits_bytes(fast))
     print(json.dumps(dict(q8_isa=info["q8_isa"], isa=info["isa"], arch=info["arch"], runs=sorted(q8_0_cpu_runs()),
@@ -383,8 +399,9 @@ def reference_digest() -> str:
     sv = load_kernel()
     lm = mod(sv, "lm_head")
     digest = hashlib.sha256()
-    for head, h in q8_0_kernel_cases(sv):
-        digest.update(logits_bytes(lm.reference_logits(head, h)))
+    cases = q8_0_kernel_cases(sv)
+    for ref in q8_0_case_references(lm, cases):
+        digest.update(logits_bytes(ref))
     return digest.hexdigest()
 
 
@@ -1021,6 +1038,12 @@ def test_lm_head_bad_input_is_named(sv, tmp_path):
         sv.LMHead(torch.ones(3, 4), softcap="30")
     with pytest.raises(ValueError, match="multiple of 32"):
         sv.LMHead.q8_0(torch.zeros(34, dtype=torch.uint8), 16)
+    with pytest.raises(ValueError, match="only a Q8_0 head can be repacked by 16, this one is F32"):
+        sv.LMHead(torch.ones(3, 4)).repacked()
+    q8 = sv.LMHead.q8_0(torch.zeros(2, 34, dtype=torch.uint8), 32)
+    for fmt in (-1, 3):
+        with pytest.raises(ValueError, match=rf"weight_format must be 0 .*, got {fmt}"):
+            sv.ops.hidden_logits(torch.ones(1, 32), q8.weight, None, fmt, 32)
     not_gguf = tmp_path / "x.gguf"
     not_gguf.write_bytes(b"NOPE" + bytes(40))
     with pytest.raises(ValueError, match="not a GGUF file"):
@@ -1059,9 +1082,12 @@ def test_from_gguf_reads_types_in_place(sv, tmp_path):
     p = tmp_path / "h.gguf"
     _tiny_gguf(p, {"token_embd.weight": (8, (64, 40), raw.numpy().tobytes()),
                    "blk.0.x": (0, (3,), torch.ones(3).numpy().tobytes())}, alignment=64)
-    head = sv.LMHead.from_gguf(p)
+    head = sv.LMHead.from_gguf(p, repack=False)
     assert (head.format, head.vocab, head.dim) == ("Q8_0", 40, 64)
     assert torch.equal(head.weight, raw)
+    packed = sv.LMHead.from_gguf(p)  # repacked by default: a copy, the same blocks
+    assert (packed.format, packed.vocab, packed.dim) == ("Q8_0_R16", 40, 64)
+    assert torch.equal(packed.gguf_blocks(), raw) and not torch.equal(packed.weight, raw)
     p2 = tmp_path / "o.gguf"
     _tiny_gguf(p2, {"output.weight": (30, (64, 40), w.to(torch.bfloat16).view(torch.uint8).numpy().tobytes()),
                     "token_embd.weight": (0, (64, 40), w.numpy().tobytes())})
@@ -1074,6 +1100,35 @@ def test_from_gguf_reads_types_in_place(sv, tmp_path):
         sv.LMHead.from_gguf(p3)
     with pytest.raises(ValueError, match="no tensor 'nope'"):
         sv.LMHead.from_gguf(p2, "nope")
+
+
+def test_repacked_layout_is_the_notes(sv):
+    # DESIGN.md, Note [Q8_0 repacked by 16], byte by byte, with indices written out here: group g,
+    # block b holds at b * 544 the 16 ids' scales (2 bytes each), then at 32 + 64 k + 4 i the k-th
+    # 4 values of id 16 g + i; the last V % 16 rows as GGUF stores them.
+    gen = torch.Generator().manual_seed(4)
+    vocab, dim = 37, 96
+    nb, rb = dim // 32, dim // 32 * 34
+    raw = torch.randint(0, 256, (vocab, rb), dtype=torch.uint8, generator=gen)
+    head = sv.LMHead.q8_0(raw, dim)
+    packed = head.repacked()
+    assert packed.repacked() is packed and packed.weight.shape == raw.shape
+    flat = packed.weight.reshape(-1).tolist()
+    want = [None] * (vocab * rb)
+    for g in range(vocab // 16):
+        for b in range(nb):
+            chunk = g * 16 * rb + b * 544
+            for i in range(16):
+                block = raw[16 * g + i, 34 * b:34 * b + 34].tolist()
+                want[chunk + 2 * i:chunk + 2 * i + 2] = block[:2]
+                for k in range(8):
+                    want[chunk + 32 + 64 * k + 4 * i:chunk + 36 + 64 * k + 4 * i] = block[2 + 4 * k:6 + 4 * k]
+    want[32 * rb:] = raw[32:].reshape(-1).tolist()
+    assert flat == want
+    for begin, end in [(0, 37), (5, 20), (16, 32), (30, 37), (33, 35), (7, 7)]:
+        assert torch.equal(packed.gguf_blocks(begin, end), raw[begin:end]), (begin, end)
+        torch.testing.assert_close(packed.dequantized(begin, end), head.dequantized(begin, end), rtol=0, atol=0,
+                                   equal_nan=True)  # random bytes: some scales are NaN
 
 
 GGUF_TARGET = "models/gguf/target.gguf"
@@ -1121,9 +1176,10 @@ def test_from_gguf_q8_0_of_the_shipped_target(sv, tmp_path):
     names = {t.name: t for t in reader.tensors}
     info = names.get("output.weight") or names["token_embd.weight"]
     assert info.tensor_type == gguf.GGMLQuantizationType.Q8_0, f"the converter wrote {info.tensor_type.name}"
-    assert head.format == "Q8_0"
+    assert head.format == "Q8_0_R16"
     theirs = torch.from_numpy(gguf.quants.dequantize(info.data, info.tensor_type).copy()).float()
     assert torch.equal(head.dequantized(), theirs.reshape(head.vocab, head.dim))
+    assert torch.equal(sv.LMHead.from_gguf(path, repack=False).dequantized(), head.dequantized())
     hr = mod(sv, "hidden_reference")
     gen = torch.Generator().manual_seed(0)
     h = torch.randn(4, head.dim, generator=gen)

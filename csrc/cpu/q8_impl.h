@@ -48,6 +48,17 @@
 // In the x86 kernels each Q8_0 block of 16 (8) ids is loaded once per group of
 // rows and turned by a transposition into vectors of one dword (4 int8) per
 // id, which every row of the group dots with its 4 values broadcast.
+//
+// A head repacked by 16 (Q8_0_R16; DESIGN.md, Note [Q8_0 repacked by 16])
+// stores those vectors as they are: per group of 16 ids and block, the 16
+// scales (one fp16 vector) then dword k of the 16 ids for k = 0..7 (64 bytes
+// each). Its kernels (q8_group_*) load them with no gather and no
+// transposition, in address order: one row of Gemma 3 270M's head runs at
+// the memory's pace (Zen 4: ~7 ms against ~20 for the blocks read in GGUF's
+// order). Each id's sumi and acc are the same operations on the same values,
+// so the bits are the same as the GGUF-order kernels'. The ids past the last
+// whole group (V % 16 of them) are stored in GGUF's order and take the
+// q8_ids_* kernels.
 #include "kernels.h"
 
 #include <c10/util/Half.h>
@@ -106,6 +117,35 @@ void q8_ids_plain(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
     for (int g = 0; g < G; ++g) {
       const float z = t.bias != nullptr ? acc[g] + t.bias[v + j] : acc[g];
       t.out[(r0 + g) * t.out_stride + (v + j - t.begin)] = z;
+    }
+  }
+}
+
+// One repacked group, ids [v, v + 16), one id at a time (DEFAULT on x86-64).
+template <int G>
+void q8_group_plain(const HeadTile& t, int64_t r0, int64_t v) {
+  const int64_t nb = t.dim / kQ8Block;
+  const uint8_t* p = t.weight + v * t.row_bytes;  // the group: nb chunks of kQ8GroupBytes
+  float acc[G][kQ8GroupIds] = {};
+  for (int64_t b = 0; b < nb; ++b, p += kQ8GroupBytes) {
+    for (int i = 0; i < kQ8GroupIds; ++i) {
+      const float dw = q8_block_scale(p + 2 * i);
+      for (int g = 0; g < G; ++g) {
+        const int64_t r = r0 + g;
+        const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+        int32_t sumi = 0;
+        for (int k = 0; k < 8; ++k) {
+          const auto* w = reinterpret_cast<const int8_t*>(p + 32 + 64 * k + 4 * i);  // dword k of id i
+          for (int j = 0; j < 4; ++j) sumi += static_cast<int32_t>(w[j]) * static_cast<int32_t>(x[4 * k + j]);
+        }
+        acc[g][i] = acc[g][i] + static_cast<float>(sumi) * (dw * t.hscale[r * nb + b]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int i = 0; i < kQ8GroupIds; ++i) {
+      const float z = t.bias != nullptr ? acc[g][i] + t.bias[v + i] : acc[g][i];
+      t.out[(r0 + g) * t.out_stride + (v + i - t.begin)] = z;
     }
   }
 }
@@ -195,10 +235,45 @@ SV_VNNI void q8_ids_avx512_vnni(const HeadTile& t, int64_t r0, int64_t v, int64_
   }
 }
 
+// One repacked group, ids [v, v + 16), for rows [r0, r0 + G): the vectors
+// q8_ids_avx512_vnni builds by gather and transposition, loaded as stored.
+template <int G>
+SV_VNNI void q8_group_avx512_vnni(const HeadTile& t, int64_t r0, int64_t v) {
+  const int64_t nb = t.dim / kQ8Block;
+  const uint8_t* p = t.weight + v * t.row_bytes;
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b, p += kQ8GroupBytes) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512i c[8];
+    for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(_mm512_loadu_si512(p + 32 + 64 * k), flip);  // u8 = w + 128
+    for (int g = 0; g < G; ++g) {
+      const int64_t r = r0 + g;
+      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+      // Two chains of 4 (one chain of 8 is bound by vpdpbusd's latency); int32 adds: exact.
+      __m512i s0 = _mm512_set1_epi32(t.hsum[r * nb + b]), s1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, c[k], _mm512_set1_epi32(q8_dword(x + 4 * k)));
+        s1 = _mm512_dpbusd_epi32(s1, c[k + 1], _mm512_set1_epi32(q8_dword(x + 4 * k + 4)));
+      }
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(t.hscale[r * nb + b]));  // exact
+      acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale));
+    }
+  }
+  const __m512 bias = t.bias != nullptr ? _mm512_loadu_ps(t.bias + v) : _mm512_setzero_ps();
+  for (int g = 0; g < G; ++g) {
+    const __m512 z = t.bias != nullptr ? _mm512_add_ps(acc[g], bias) : acc[g];
+    _mm512_storeu_ps(t.out + (r0 + g) * t.out_stride + (v - t.begin), z);
+  }
+}
+
 struct Avx512Vnni {
   static constexpr int kIds = 16, kGroup = 8;  // ids per vector, rows per pass over a block group
   template <int G>
   static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_avx512_vnni<G>(t, r0, v, n); }
+  template <int G>
+  static void group(const HeadTile& t, int64_t r0, int64_t v) { q8_group_avx512_vnni<G>(t, r0, v); }
   // The gather's int32 offsets (d > 63 M): one id at a time past that.
   static bool fits(const HeadTile& t) { return t.row_bytes <= (int64_t{1} << 31) / 16; }
 };
@@ -266,6 +341,44 @@ void q8_ids_avx2(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
   }
 }
 
+// One repacked group, ids [v, v + 16), as two halves of 8: half h's scales are
+// bytes [16h, 16h + 16) of a chunk, its dword k bytes [32 + 64k + 32h, + 32).
+template <int G>
+void q8_group_avx2(const HeadTile& t, int64_t r0, int64_t v) {
+  const int64_t nb = t.dim / kQ8Block;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* p = t.weight + v * t.row_bytes;
+    __m256 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, p += kQ8GroupBytes) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
+      __m256i c[8], mag[8];
+      for (int k = 0; k < 8; ++k) {
+        c[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * k + 32 * half));
+        mag[k] = _mm256_abs_epi8(c[k]);  // |-128| = 128 as u8
+      }
+      for (int g = 0; g < G; ++g) {
+        const int64_t r = r0 + g;
+        const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(q8_dword(x + 4 * k)), c[k]);  // x * sign(w)
+          sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag[k], xs), ones));
+        }
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
+        acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), scale));
+      }
+    }
+    const int64_t v8 = v + 8 * half;
+    const __m256 bias = t.bias != nullptr ? _mm256_loadu_ps(t.bias + v8) : _mm256_setzero_ps();
+    for (int g = 0; g < G; ++g) {
+      const __m256 z = t.bias != nullptr ? _mm256_add_ps(acc[g], bias) : acc[g];
+      _mm256_storeu_ps(t.out + (r0 + g) * t.out_stride + (v8 - t.begin), z);
+    }
+  }
+}
+
 // AVX-VNNI (Alder Lake and later, Zen 5): vpdpbusd 256 bits wide, VEX-encoded,
 // on CPUs with or without AVX-512. The same loads and transposition as AVX2's,
 // then AVX-512 VNNI's u8 offset: u8 = w + 128, lanes started at -128 * sum(x).
@@ -310,12 +423,51 @@ SV_AVX_VNNI void q8_ids_avx_vnni(const HeadTile& t, int64_t r0, int64_t v, int64
   }
 }
 
+// One repacked group as two halves of 8 (q8_group_avx2's layout), AVX-VNNI's products.
+template <int G>
+SV_AVX_VNNI void q8_group_avx_vnni(const HeadTile& t, int64_t r0, int64_t v) {
+  const int64_t nb = t.dim / kQ8Block;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* p = t.weight + v * t.row_bytes;
+    __m256 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, p += kQ8GroupBytes) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
+      __m256i c[8];
+      for (int k = 0; k < 8; ++k) {
+        c[k] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * k + 32 * half)),
+                                flip);  // u8 = w + 128
+      }
+      for (int g = 0; g < G; ++g) {
+        const int64_t r = r0 + g;
+        const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+        __m256i s0 = _mm256_set1_epi32(t.hsum[r * nb + b]), s1 = _mm256_setzero_si256();
+        for (int k = 0; k < 8; k += 2) {
+          s0 = _mm256_dpbusd_avx_epi32(s0, c[k], _mm256_set1_epi32(q8_dword(x + 4 * k)));
+          s1 = _mm256_dpbusd_avx_epi32(s1, c[k + 1], _mm256_set1_epi32(q8_dword(x + 4 * k + 4)));
+        }
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
+        acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale));
+      }
+    }
+    const int64_t v8 = v + 8 * half;
+    const __m256 bias = t.bias != nullptr ? _mm256_loadu_ps(t.bias + v8) : _mm256_setzero_ps();
+    for (int g = 0; g < G; ++g) {
+      const __m256 z = t.bias != nullptr ? _mm256_add_ps(acc[g], bias) : acc[g];
+      _mm256_storeu_ps(t.out + (r0 + g) * t.out_stride + (v8 - t.begin), z);
+    }
+  }
+}
+
 #undef SV_AVX_VNNI
 
 struct Avx2 {
   static constexpr int kIds = 8, kGroup = 4;
   template <int G>
   static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_avx2<G>(t, r0, v, n); }
+  template <int G>
+  static void group(const HeadTile& t, int64_t r0, int64_t v) { q8_group_avx2<G>(t, r0, v); }
   static bool fits(const HeadTile&) { return true; }
 };
 
@@ -323,6 +475,8 @@ struct AvxVnni {
   static constexpr int kIds = 8, kGroup = 4;
   template <int G>
   static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_avx_vnni<G>(t, r0, v, n); }
+  template <int G>
+  static void group(const HeadTile& t, int64_t r0, int64_t v) { q8_group_avx_vnni<G>(t, r0, v); }
   static bool fits(const HeadTile&) { return true; }
 };
 
@@ -394,12 +548,68 @@ SV_Q8_NEON_IDS(q8_ids_neon_dotprod, SV_DOTPROD, q8_block_dot)
 SV_Q8_NEON_IDS(q8_ids_neon, , q8_block_mull)
 
 #undef SV_Q8_NEON_IDS
+
+// Repacked: dword k of 4 ids (w, 16 bytes) against the row's dword k (xk,
+// broadcast to 4 lanes), into one int32 lane per id.
+SV_DOTPROD inline int32x4_t q8_dword_dot(int32x4_t acc, int8x16_t w, int32_t xk) {
+  return vdotq_s32(acc, w, vreinterpretq_s8_s32(vdupq_n_s32(xk)));
+}
+
+inline int32x4_t q8_dword_mull(int32x4_t acc, int8x16_t w, int32_t xk) {
+  const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(xk));
+  // Ids 0, 1 then 2, 3: 4 products each, every one within int16 (|w * x| <= 128 * 127).
+  const int16x8_t p01 = vmull_s8(vget_low_s8(w), vget_low_s8(x)), p23 = vmull_high_s8(w, x);
+  // Pairs widened to int32 (exact), then pairs of pairs: one lane per id.
+  return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(p01), vpaddlq_s16(p23)));
+}
+
+// One repacked group, ids [v, v + 16), as four quarters of 4: quarter q's
+// scales are bytes [8q, 8q + 8) of a chunk, its dword k bytes [32 + 64k + 16q, + 16).
+#define SV_Q8_NEON_GROUP(NAME, ATTR, DWORD)                                                        \
+  template <int G>                                                                                 \
+  ATTR void NAME(const HeadTile& t, int64_t r0, int64_t v) {                                       \
+    const int64_t nb = t.dim / kQ8Block;                                                           \
+    for (int q = 0; q < 4; ++q) {                                                                  \
+      const uint8_t* p = t.weight + v * t.row_bytes;                                               \
+      float32x4_t acc[G];                                                                          \
+      for (int g = 0; g < G; ++g) acc[g] = vdupq_n_f32(0.0f);                                      \
+      for (int64_t b = 0; b < nb; ++b, p += kQ8GroupBytes) {                                       \
+        const float32x4_t dw =                                                                     \
+            vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p + 8 * q)))); \
+        int8x16_t w[8];                                                                            \
+        for (int k = 0; k < 8; ++k) w[k] = vld1q_s8(reinterpret_cast<const int8_t*>(p + 32 + 64 * k + 16 * q)); \
+        for (int g = 0; g < G; ++g) {                                                              \
+          const int64_t r = r0 + g;                                                                \
+          const int8_t* x = t.hq + r * t.dim + b * kQ8Block;                                       \
+          int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);                                      \
+          for (int k = 0; k < 8; k += 2) {                                                         \
+            s0 = DWORD(s0, w[k], q8_dword(x + 4 * k));                                             \
+            s1 = DWORD(s1, w[k + 1], q8_dword(x + 4 * k + 4));                                     \
+          }                                                                                        \
+          const float32x4_t scale = vmulq_f32(dw, vdupq_n_f32(t.hscale[r * nb + b])); /* exact */  \
+          acc[g] = vaddq_f32(acc[g], vmulq_f32(vcvtq_f32_s32(vaddq_s32(s0, s1)), scale));          \
+        }                                                                                          \
+      }                                                                                            \
+      const int64_t v4 = v + 4 * q;                                                                \
+      for (int g = 0; g < G; ++g) {                                                                \
+        const float32x4_t z = t.bias != nullptr ? vaddq_f32(acc[g], vld1q_f32(t.bias + v4)) : acc[g]; \
+        vst1q_f32(t.out + (r0 + g) * t.out_stride + (v4 - t.begin), z);                            \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+SV_Q8_NEON_GROUP(q8_group_neon_dotprod, SV_DOTPROD, q8_dword_dot)
+SV_Q8_NEON_GROUP(q8_group_neon, , q8_dword_mull)
+
+#undef SV_Q8_NEON_GROUP
 #undef SV_DOTPROD
 
 struct NeonDotprod {
   static constexpr int kIds = 4, kGroup = 8;
   template <int G>
   static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_neon_dotprod<G>(t, r0, v, n); }
+  template <int G>
+  static void group(const HeadTile& t, int64_t r0, int64_t v) { q8_group_neon_dotprod<G>(t, r0, v); }
   static bool fits(const HeadTile&) { return true; }
 };
 
@@ -407,6 +617,8 @@ struct Neon {
   static constexpr int kIds = 4, kGroup = 8;
   template <int G>
   static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_neon<G>(t, r0, v, n); }
+  template <int G>
+  static void group(const HeadTile& t, int64_t r0, int64_t v) { q8_group_neon<G>(t, r0, v); }
   static bool fits(const HeadTile&) { return true; }
 };
 
@@ -419,6 +631,8 @@ struct Plain {
   static constexpr int kIds = 16, kGroup = 4;
   template <int G>
   static void ids(const HeadTile& t, int64_t r0, int64_t v, int64_t n) { q8_ids_plain<G>(t, r0, v, n); }
+  template <int G>
+  static void group(const HeadTile& t, int64_t r0, int64_t v) { q8_group_plain<G>(t, r0, v); }
   static bool fits(const HeadTile&) { return true; }
 };
 
@@ -430,11 +644,17 @@ struct Plain {
 
 template <class K, int G>
 void q8_rows(const HeadTile& t, int64_t r0) {
+  int64_t v = t.begin;
+  // Repacked: whole groups (a tile starts at a multiple of 64 ids, so of 16), then the tail in GGUF's order.
+  if (t.format == kHeadQ8_0R16) {
+    for (; v < std::min(t.end, t.grouped); v += kQ8GroupIds) K::template group<G>(t, r0, v);
+  }
+  if (v == t.end) return;
   if (!K::fits(t)) {
-    q8_ids_plain<G>(t, r0, t.begin, t.end - t.begin);
+    q8_ids_plain<G>(t, r0, v, t.end - v);
     return;
   }
-  for (int64_t v = t.begin; v < t.end; v += K::kIds) K::template ids<G>(t, r0, v, std::min<int64_t>(K::kIds, t.end - v));
+  for (; v < t.end; v += K::kIds) K::template ids<G>(t, r0, v, std::min<int64_t>(K::kIds, t.end - v));
 }
 
 // Rows [r0, r0 + g), 1 <= g <= G, by the instance for exactly g rows.

@@ -51,7 +51,8 @@ Hidden states: the head in the op (``hidden=True``)
 A target made with ``LlamaCppStep(llama, hidden=True)`` returns the target's
 last hidden states ``[len(proposed) + 1, d]`` (after the final norm) instead
 of logits, and carries ``head`` (``sv.LMHead.from_gguf`` of the same file:
-its ``output.weight`` or tied ``token_embd.weight``, read in place), which
+its ``output.weight`` or tied ``token_embd.weight``; a Q8_0 head repacked by
+16 ids, a copy whose one-row pass runs at the memory's pace), which
 ``SpeculativeDecoder`` reads as it reads ``warping``: each round is then
 ``sv.verify_hidden`` -- the head's weights read once for all rows, where
 llama.cpp computes one full logits row per position. How llama.cpp is kept
