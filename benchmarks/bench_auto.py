@@ -66,6 +66,9 @@ CURVES = {
     # transformers' float32 forward there (2026-12-03, seventh session): 2 and 3 positions cost more than
     # 4 to 9 (each reads the 671 MB float32 head once per row; from 4 rows one GEMM reads it once).
     "transformers Gemma, EPYC": [1.0, 1.87, 2.53, 1.63, 1.92, 1.86, 2.23, 1.93, 2.15],
+    # llama.cpp with our head there, the Q8_0 head repacked by 16 ids (2026-12-03, eighth session): one
+    # row is cheap now (0.67x llama.cpp's own one-token eval), so the body's positions weigh more.
+    "llama.cpp + head Gemma, EPYC, repacked": [1.0, 1.29, 1.58, 1.96, 2.12, 2.53, 3.53, 4.15, 4.77],  # ours / ours at 1
 }
 
 # Per emitted token: (P(enter a copy), P(leave it)).
