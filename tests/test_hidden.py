@@ -1048,6 +1048,8 @@ def test_lm_head_bad_input_is_named(sv, tmp_path):
     not_gguf.write_bytes(b"NOPE" + bytes(40))
     with pytest.raises(ValueError, match="not a GGUF file"):
         sv.LMHead.from_gguf(not_gguf)
+    with pytest.raises(TypeError, match="repack must be a bool, got str"):
+        sv.LMHead.from_gguf(not_gguf, repack="no")
 
 
 def _tiny_gguf(path, tensors, alignment=None):

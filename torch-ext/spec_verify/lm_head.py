@@ -192,7 +192,7 @@ class LMHead:
     @classmethod
     def from_gguf(cls, path, tensor: str | None = None, *, softcap: float | None = None,
                   repack: bool = True) -> "LMHead":
-        """The LM head of a GGUF file, read in place (mmap, no copy).
+        """The LM head of a GGUF file: dense types read in place (mmap, no copy), Q8_0 repacked by 16 ids.
 
         Parameters
         ----------
@@ -217,10 +217,14 @@ class LMHead:
 
         Raises
         ------
+        TypeError
+            ``repack`` not a bool.
         ValueError
             Not a GGUF file; no such tensor; a tensor that is not 2-D; a type
             other than F32, F16, BF16, Q8_0 (named).
         """
+        if not isinstance(repack, bool):
+            raise TypeError(f"repack must be a bool, got {type(repack).__name__}")
         path = str(path)
         meta, tensors, mapping = gguf.read_tensor_infos(path)
         names = [tensor] if tensor is not None else ["output.weight", "token_embd.weight"]
