@@ -184,6 +184,38 @@ SV_VNNI inline void transpose_16x8(__m512i c[8]) {
   }
 }
 
+// Block b of 16 ids for rows [r0, r0 + G): c[k] lane i = dword k of id i as
+// u8 (w + 128), dw lane i = id i's scale; acc[g] += float(sumi) * (dw * dx).
+// Both layouts' kernels end here. Two chains of 4 (one chain of 8 is bound by
+// vpdpbusd's latency); int32 adds: exact.
+template <int G>
+SV_VNNI inline void q8_block_rows_avx512_vnni(const HeadTile& t, int64_t r0, int64_t b, const __m512i c[8],
+                                              __m512 dw, __m512 acc[G]) {
+  const int64_t nb = t.dim / kQ8Block;
+  for (int g = 0; g < G; ++g) {
+    const int64_t r = r0 + g;
+    const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+    __m512i s0 = _mm512_set1_epi32(t.hsum[r * nb + b]), s1 = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, c[k], _mm512_set1_epi32(q8_dword(x + 4 * k)));
+      s1 = _mm512_dpbusd_epi32(s1, c[k + 1], _mm512_set1_epi32(q8_dword(x + 4 * k + 4)));
+    }
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(t.hscale[r * nb + b]));  // exact
+    acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale));
+  }
+}
+
+// Ids [v, v + n) (n <= 16) of rows [r0, r0 + G): acc plus the bias, out.
+template <int G>
+SV_VNNI inline void q8_store_avx512_vnni(const HeadTile& t, int64_t r0, int64_t v, int64_t n, const __m512 acc[G]) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+  const __m512 bias = t.bias != nullptr ? _mm512_maskz_loadu_ps(mask, t.bias + v) : _mm512_setzero_ps();
+  for (int g = 0; g < G; ++g) {
+    const __m512 z = t.bias != nullptr ? _mm512_add_ps(acc[g], bias) : acc[g];
+    _mm512_mask_storeu_ps(t.out + (r0 + g) * t.out_stride + (v - t.begin), mask, z);
+  }
+}
+
 // Ids [v, v + n) (n <= 16) for rows [r0, r0 + G).
 template <int G>
 SV_VNNI void q8_ids_avx512_vnni(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
@@ -218,21 +250,9 @@ SV_VNNI void q8_ids_avx512_vnni(const HeadTile& t, int64_t r0, int64_t v, int64_
     const __m512i sw = _mm512_i32gather_epi32(offsets, row[0] + off, 1);
     const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(sw));
     transpose_16x8(c);
-    for (int g = 0; g < G; ++g) {
-      const int64_t r = r0 + g;
-      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
-      __m512i sumi = _mm512_set1_epi32(t.hsum[r * nb + b]);
-      for (int k = 0; k < 8; ++k) sumi = _mm512_dpbusd_epi32(sumi, c[k], _mm512_set1_epi32(q8_dword(x + 4 * k)));
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(t.hscale[r * nb + b]));  // exact
-      acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), scale));
-    }
+    q8_block_rows_avx512_vnni<G>(t, r0, b, c, dw, acc);
   }
-  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
-  const __m512 bias = t.bias != nullptr ? _mm512_maskz_loadu_ps(mask, t.bias + v) : _mm512_setzero_ps();
-  for (int g = 0; g < G; ++g) {
-    const __m512 z = t.bias != nullptr ? _mm512_add_ps(acc[g], bias) : acc[g];
-    _mm512_mask_storeu_ps(t.out + (r0 + g) * t.out_stride + (v - t.begin), mask, z);
-  }
+  q8_store_avx512_vnni<G>(t, r0, v, n, acc);
 }
 
 // One repacked group, ids [v, v + 16), for rows [r0, r0 + G): the vectors
@@ -248,24 +268,9 @@ SV_VNNI void q8_group_avx512_vnni(const HeadTile& t, int64_t r0, int64_t v) {
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     __m512i c[8];
     for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(_mm512_loadu_si512(p + 32 + 64 * k), flip);  // u8 = w + 128
-    for (int g = 0; g < G; ++g) {
-      const int64_t r = r0 + g;
-      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
-      // Two chains of 4 (one chain of 8 is bound by vpdpbusd's latency); int32 adds: exact.
-      __m512i s0 = _mm512_set1_epi32(t.hsum[r * nb + b]), s1 = _mm512_setzero_si512();
-      for (int k = 0; k < 8; k += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, c[k], _mm512_set1_epi32(q8_dword(x + 4 * k)));
-        s1 = _mm512_dpbusd_epi32(s1, c[k + 1], _mm512_set1_epi32(q8_dword(x + 4 * k + 4)));
-      }
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(t.hscale[r * nb + b]));  // exact
-      acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale));
-    }
+    q8_block_rows_avx512_vnni<G>(t, r0, b, c, dw, acc);
   }
-  const __m512 bias = t.bias != nullptr ? _mm512_loadu_ps(t.bias + v) : _mm512_setzero_ps();
-  for (int g = 0; g < G; ++g) {
-    const __m512 z = t.bias != nullptr ? _mm512_add_ps(acc[g], bias) : acc[g];
-    _mm512_storeu_ps(t.out + (r0 + g) * t.out_stride + (v - t.begin), z);
-  }
+  q8_store_avx512_vnni<G>(t, r0, v, kQ8GroupIds, acc);
 }
 
 struct Avx512Vnni {
@@ -304,35 +309,32 @@ inline void transpose_8x8(__m256i c[8]) {
   }
 }
 
+// Block b of 8 ids for rows [r0, r0 + G): c[k] lane i = dword k of id i
+// (signed), dw lane i = id i's scale; acc[g] += float(sumi) * (dw * dx).
+// Both layouts' AVX2 kernels end here.
 template <int G>
-void q8_ids_avx2(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+inline void q8_block_rows_avx2(const HeadTile& t, int64_t r0, int64_t b, const __m256i c[8], __m256 dw,
+                               __m256 acc[G]) {
   const int64_t nb = t.dim / kQ8Block;
-  const uint8_t* row[8];
-  for (int j = 0; j < 8; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes;  // past n: repeats
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * kQ8BlockBytes;
-    __m256i c[8], mag[8];
-    for (int j = 0; j < 8; ++j) c[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j] + off + 2));
-    alignas(16) uint16_t bits[8];
-    for (int j = 0; j < 8; ++j) std::memcpy(&bits[j], row[j] + off, 2);
-    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bits)));
-    transpose_8x8(c);
-    for (int k = 0; k < 8; ++k) mag[k] = _mm256_abs_epi8(c[k]);  // |-128| = 128 as u8
-    for (int g = 0; g < G; ++g) {
-      const int64_t r = r0 + g;
-      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
-      __m256i sumi = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) {
-        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(q8_dword(x + 4 * k)), c[k]);  // x * sign(w)
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag[k], xs), ones));
-      }
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
-      acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), scale));
+  __m256i mag[8];
+  for (int k = 0; k < 8; ++k) mag[k] = _mm256_abs_epi8(c[k]);  // |-128| = 128 as u8
+  for (int g = 0; g < G; ++g) {
+    const int64_t r = r0 + g;
+    const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+    __m256i sumi = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(q8_dword(x + 4 * k)), c[k]);  // x * sign(w)
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag[k], xs), ones));
     }
+    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
+    acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), scale));
   }
+}
+
+// Ids [v, v + n) (n <= 8) of rows [r0, r0 + G): acc plus the bias, out (every 8-id kernel).
+template <int G>
+inline void q8_store_8(const HeadTile& t, int64_t r0, int64_t v, int64_t n, const __m256 acc[G]) {
   for (int g = 0; g < G; ++g) {
     alignas(32) float z[8];
     _mm256_store_ps(z, acc[g]);
@@ -341,41 +343,42 @@ void q8_ids_avx2(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
   }
 }
 
+template <int G>
+void q8_ids_avx2(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
+  const int64_t nb = t.dim / kQ8Block;
+  const uint8_t* row[8];
+  for (int j = 0; j < 8; ++j) row[j] = t.weight + (v + std::min<int64_t>(j, n - 1)) * t.row_bytes;  // past n: repeats
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kQ8BlockBytes;
+    __m256i c[8];
+    for (int j = 0; j < 8; ++j) c[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[j] + off + 2));
+    alignas(16) uint16_t bits[8];
+    for (int j = 0; j < 8; ++j) std::memcpy(&bits[j], row[j] + off, 2);
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bits)));
+    transpose_8x8(c);
+    q8_block_rows_avx2<G>(t, r0, b, c, dw, acc);
+  }
+  q8_store_8<G>(t, r0, v, n, acc);
+}
+
 // One repacked group, ids [v, v + 16), as two halves of 8: half h's scales are
 // bytes [16h, 16h + 16) of a chunk, its dword k bytes [32 + 64k + 32h, + 32).
 template <int G>
 void q8_group_avx2(const HeadTile& t, int64_t r0, int64_t v) {
   const int64_t nb = t.dim / kQ8Block;
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int half = 0; half < 2; ++half) {
     const uint8_t* p = t.weight + v * t.row_bytes;
     __m256 acc[G];
     for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, p += kQ8GroupBytes) {
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
-      __m256i c[8], mag[8];
-      for (int k = 0; k < 8; ++k) {
-        c[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * k + 32 * half));
-        mag[k] = _mm256_abs_epi8(c[k]);  // |-128| = 128 as u8
-      }
-      for (int g = 0; g < G; ++g) {
-        const int64_t r = r0 + g;
-        const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int k = 0; k < 8; ++k) {
-          const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(q8_dword(x + 4 * k)), c[k]);  // x * sign(w)
-          sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag[k], xs), ones));
-        }
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
-        acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), scale));
-      }
+      __m256i c[8];
+      for (int k = 0; k < 8; ++k) c[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * k + 32 * half));
+      q8_block_rows_avx2<G>(t, r0, b, c, dw, acc);
     }
-    const int64_t v8 = v + 8 * half;
-    const __m256 bias = t.bias != nullptr ? _mm256_loadu_ps(t.bias + v8) : _mm256_setzero_ps();
-    for (int g = 0; g < G; ++g) {
-      const __m256 z = t.bias != nullptr ? _mm256_add_ps(acc[g], bias) : acc[g];
-      _mm256_storeu_ps(t.out + (r0 + g) * t.out_stride + (v8 - t.begin), z);
-    }
+    q8_store_8<G>(t, r0, v + 8 * half, 8, acc);
   }
 }
 
@@ -383,6 +386,26 @@ void q8_group_avx2(const HeadTile& t, int64_t r0, int64_t v) {
 // on CPUs with or without AVX-512. The same loads and transposition as AVX2's,
 // then AVX-512 VNNI's u8 offset: u8 = w + 128, lanes started at -128 * sum(x).
 #define SV_AVX_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+// Block b of 8 ids for rows [r0, r0 + G), c[k] as u8 (w + 128): AVX2's
+// q8_block_rows_avx2 with AVX-VNNI's products. Two chains of 4 (vpdpbusd's
+// latency, not its throughput, bounds one chain of 8); int32 adds: exact.
+template <int G>
+SV_AVX_VNNI inline void q8_block_rows_avx_vnni(const HeadTile& t, int64_t r0, int64_t b, const __m256i c[8],
+                                               __m256 dw, __m256 acc[G]) {
+  const int64_t nb = t.dim / kQ8Block;
+  for (int g = 0; g < G; ++g) {
+    const int64_t r = r0 + g;
+    const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
+    __m256i s0 = _mm256_set1_epi32(t.hsum[r * nb + b]), s1 = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k += 2) {
+      s0 = _mm256_dpbusd_avx_epi32(s0, c[k], _mm256_set1_epi32(q8_dword(x + 4 * k)));
+      s1 = _mm256_dpbusd_avx_epi32(s1, c[k + 1], _mm256_set1_epi32(q8_dword(x + 4 * k + 4)));
+    }
+    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
+    acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale));
+  }
+}
 
 template <int G>
 SV_AVX_VNNI void q8_ids_avx_vnni(const HeadTile& t, int64_t r0, int64_t v, int64_t n) {
@@ -401,26 +424,9 @@ SV_AVX_VNNI void q8_ids_avx_vnni(const HeadTile& t, int64_t r0, int64_t v, int64
     const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(bits)));
     transpose_8x8(c);
     for (int k = 0; k < 8; ++k) c[k] = _mm256_xor_si256(c[k], flip);  // u8 = w + 128
-    for (int g = 0; g < G; ++g) {
-      const int64_t r = r0 + g;
-      const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
-      // Two chains of 4 (vpdpbusd's latency, not its throughput, bounds one chain of 8); int32 adds: exact.
-      __m256i s0 = _mm256_set1_epi32(t.hsum[r * nb + b]), s1 = _mm256_setzero_si256();
-      for (int k = 0; k < 8; k += 2) {
-        s0 = _mm256_dpbusd_avx_epi32(s0, c[k], _mm256_set1_epi32(q8_dword(x + 4 * k)));
-        s1 = _mm256_dpbusd_avx_epi32(s1, c[k + 1], _mm256_set1_epi32(q8_dword(x + 4 * k + 4)));
-      }
-      const __m256i sumi = _mm256_add_epi32(s0, s1);
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
-      acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), scale));
-    }
+    q8_block_rows_avx_vnni<G>(t, r0, b, c, dw, acc);
   }
-  for (int g = 0; g < G; ++g) {
-    alignas(32) float z[8];
-    _mm256_store_ps(z, acc[g]);
-    float* out = t.out + (r0 + g) * t.out_stride + (v - t.begin);
-    for (int64_t j = 0; j < n; ++j) out[j] = t.bias != nullptr ? z[j] + t.bias[v + j] : z[j];
-  }
+  q8_store_8<G>(t, r0, v, n, acc);
 }
 
 // One repacked group as two halves of 8 (q8_group_avx2's layout), AVX-VNNI's products.
@@ -439,24 +445,9 @@ SV_AVX_VNNI void q8_group_avx_vnni(const HeadTile& t, int64_t r0, int64_t v) {
         c[k] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * k + 32 * half)),
                                 flip);  // u8 = w + 128
       }
-      for (int g = 0; g < G; ++g) {
-        const int64_t r = r0 + g;
-        const int8_t* x = t.hq + r * t.dim + b * kQ8Block;
-        __m256i s0 = _mm256_set1_epi32(t.hsum[r * nb + b]), s1 = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k += 2) {
-          s0 = _mm256_dpbusd_avx_epi32(s0, c[k], _mm256_set1_epi32(q8_dword(x + 4 * k)));
-          s1 = _mm256_dpbusd_avx_epi32(s1, c[k + 1], _mm256_set1_epi32(q8_dword(x + 4 * k + 4)));
-        }
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(t.hscale[r * nb + b]));  // exact
-        acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale));
-      }
+      q8_block_rows_avx_vnni<G>(t, r0, b, c, dw, acc);
     }
-    const int64_t v8 = v + 8 * half;
-    const __m256 bias = t.bias != nullptr ? _mm256_loadu_ps(t.bias + v8) : _mm256_setzero_ps();
-    for (int g = 0; g < G; ++g) {
-      const __m256 z = t.bias != nullptr ? _mm256_add_ps(acc[g], bias) : acc[g];
-      _mm256_storeu_ps(t.out + (r0 + g) * t.out_stride + (v8 - t.begin), z);
-    }
+    q8_store_8<G>(t, r0, v + 8 * half, 8, acc);
   }
 }
 
