@@ -109,7 +109,7 @@ bench-auto: build ## k=auto's policy simulated on the measured cost curves (no e
 
 .PHONY: bench-auto-replay
 bench-auto-replay: build real-models | $(LLAMA_STAMP) ## k=auto replayed on the real models' own greedy text (recorded once on llama.cpp into out/): the policy alone, ~10 s
-	$(PY) -m benchmarks.bench_auto_replay
+	$(PY) -m benchmarks.bench_auto_replay --carried
 
 .PHONY: bench-hidden
 bench-hidden: build real-models ## verify_hidden (the LM head in the op) against the floor and torch's head: a bf16 head, then Gemma 3 270M's Q8_0 head

@@ -21,6 +21,14 @@ tokens: a cold start is a large share of it); ``all`` is every prompt, 128
 tokens. ``--contexts`` compares what the evidence is keyed by: ``match``
 (``PromptLookupDraft.context``, the match length bucketed, as shipped) and
 ``ngram`` (the matched n-gram size, before 2026-12-02's fifth session).
+``--carried`` adds two columns that start from what an earlier process
+left: ``from a run``, an ``AutoCost`` saved after an earlier run (another
+seed) over the *other* prompts (those the run does not replay; the ``all``
+run has none, so there the same prompts) and loaded (``AutoCost.save`` /
+``load``: the sizes that run measured and the draft's acceptance pools per
+match context); ``full``, ``AutoCost(curve=...)`` with the whole curve
+``c(1) .. c(9)`` and no pools (what ``bench_spec``'s ``lookup k=auto
+carried`` row is given, from the cell's measured eval costs).
 Figures: tokens per unit of cost over plain's, medians over seeds. Not
 modelled: the decoder's Python, sampled mode (its draws change with k).
 """
@@ -33,6 +41,7 @@ import pathlib
 import random
 import statistics
 import sys
+import tempfile
 
 import torch
 
@@ -125,27 +134,37 @@ def replay(model, text: list, max_new: int, curve: list, rng: random.Random, k=N
     return t, cost
 
 
-def run_curve(sv, texts: dict, curve: list, max_new: int, seed: int) -> dict:
-    """``{(kind, policy): x plain}`` for one seed: one AutoCost over the grounded then the open prompts."""
+def run_curve(sv, texts: dict, curve: list, max_new: int, seed: int, auto=None, fixed: bool = True) -> tuple:
+    """``({(kind, policy): x plain}, the AutoCost)`` for one seed: one AutoCost over the grounded then the
+    open prompts (``auto`` if given, else a cold one); ``fixed``: the fixed k too."""
     rng = random.Random(seed)
-    auto, out = sv.AutoCost(k_max=K_MAX), {}
+    auto, out = auto or sv.AutoCost(k_max=K_MAX), {}
     for kind in ("grounded", "open"):
         plain = len(texts[kind]) * max_new * curve[0]
-        for policy in ["auto"] + list(range(1, K_MAX + 1)):
+        for policy in ["auto"] + (list(range(1, K_MAX + 1)) if fixed else []):
             tokens = cost = 0
             for text in texts[kind]:
                 got = replay(auto if policy == "auto" else None, text, max_new, curve, rng,
                              None if policy == "auto" else policy)
                 tokens, cost = tokens + got[0], cost + got[1]
             out[(kind, policy)] = (tokens / cost) / (len(texts[kind]) * max_new / plain)
-    return out
+    return out, auto
+
+
+def _saved_and_loaded(sv, auto):
+    """``auto`` through ``save`` and ``AutoCost.load``: what a later process starts from."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "auto.json"
+        auto.save(path)
+        return sv.AutoCost.load(path, k_max=K_MAX)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=pathlib.Path, default=TRACES, help="recorded traces (made if missing)")
     ap.add_argument("--seeds", type=int, default=9)
-    ap.add_argument("--contexts", default="match,ngram", help="comma list of: match, ngram")
+    ap.add_argument("--contexts", default="match", help="comma list of: match (as shipped), ngram")
+    ap.add_argument("--carried", action="store_true", help="also the curve carried in: from an earlier run, and full")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from tools.kernel_loader import load_kernel
@@ -158,22 +177,39 @@ def main(argv=None) -> int:
     contexts = args.contexts.split(",")
     print("k=auto replayed on recorded greedy text (bench: 2 prompts x 64 tokens per kind; all: every prompt "
           f"x 128), medians of {args.seeds} seeds; x plain by the curve's cost\n")
-    print("| curve | run | prompts | best fixed k | " + " | ".join(f"auto, contexts by {c} (/ best)" for c in contexts) + " |")
-    print("|---|---|---|---|" + "---|" * len(contexts))
+    extra = ["auto, curve carried from a run (/ best)", "auto, full curve carried (/ best)"] if args.carried else []
+    print("| curve | run | prompts | best fixed k | " + " | ".join(f"auto, contexts by {c} (/ best)" for c in contexts)
+          + "".join(f" | {e}" for e in extra) + " |")
+    print("|---|---|---|---|" + "---|" * (len(contexts) + len(extra)))
     for model, curves in PRICED.items():
         for run_name, (n_prompts, max_new) in RUNS.items():
-            texts = {c: {kind: [steps(sv, tr, c) for tr in (spread(traces[model][kind], n_prompts) if n_prompts
-                                                            else traces[model][kind])]
-                         for kind in ("grounded", "open")} for c in contexts}
+            picked = {kind: spread(traces[model][kind], n_prompts) if n_prompts else traces[model][kind]
+                      for kind in ("grounded", "open")}
+            texts = {c: {kind: [steps(sv, tr, c) for tr in picked[kind]] for kind in ("grounded", "open")}
+                     for c in contexts}
+            # The earlier process's prompts: the others (none left in the "all" run: the same ones).
+            others = {kind: [steps(sv, tr, contexts[0]) for tr in traces[model][kind] if tr not in picked[kind]]
+                      or texts[contexts[0]][kind] for kind in ("grounded", "open")} if args.carried else None
             for name in curves:
-                per_seed = {c: [run_curve(sv, texts[c], CURVES[name], max_new, s) for s in range(args.seeds)]
-                            for c in contexts}
+                runs = {c: [run_curve(sv, texts[c], CURVES[name], max_new, s) for s in range(args.seeds)]
+                        for c in contexts}
+                per_seed = {c: [r for r, _ in runs[c]] for c in contexts}
+                if args.carried:  # later processes: other seeds' noise, the first context's texts
+                    c0, full = contexts[0], {1: dict(enumerate(CURVES[name], start=1))}
+                    earlier = [run_curve(sv, others, CURVES[name], max_new, 500 + s, fixed=False)[1]
+                               for s in range(args.seeds)]
+                    per_seed["from a run"] = [run_curve(sv, texts[c0], CURVES[name], max_new, 1000 + s,
+                                                        _saved_and_loaded(sv, a), fixed=False)[0]
+                                              for s, a in enumerate(earlier)]
+                    per_seed["full"] = [run_curve(sv, texts[c0], CURVES[name], max_new, 1000 + s,
+                                                  sv.AutoCost(k_max=K_MAX, curve=full), fixed=False)[0]
+                                        for s in range(args.seeds)]
                 for kind in ("grounded", "open"):
                     first = per_seed[contexts[0]]
                     fixed = {k: statistics.median(r[(kind, k)] for r in first) for k in range(1, K_MAX + 1)}
                     best_k = max(fixed, key=fixed.get)
                     cells = []
-                    for c in contexts:
+                    for c in contexts + (["from a run", "full"] if args.carried else []):
                         a = statistics.median(r[(kind, "auto")] for r in per_seed[c])
                         cells.append(f"{a:.2f}x ({a / fixed[best_k]:.2f})")
                     print(f"| {name} | {run_name} | {kind} | {fixed[best_k]:.2f}x (k={best_k}) | " + " | ".join(cells) + " |")

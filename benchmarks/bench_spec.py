@@ -16,6 +16,10 @@ Rows per cell, all on the same files, prompts, token ids and one thread:
 * ``lookup k=0``: the same through ``SpeculativeDecoder`` (plain decoding
   through the loop: its overhead);
 * ``lookup k=K`` (``sv.PromptLookupDraft()``), ``lookup k=auto``;
+* ``lookup k=auto carried``: ``k="auto"`` on an ``AutoCost`` that carries the
+  cell's eval-cost curve, measured before the cell (``AutoCost(curve=...)``,
+  as a curve saved by an earlier process on this engine would be): no
+  sizes explored from cold;
 * ``draft k=K`` / ``draft k=auto``: the shipped draft model, where its
   vocabulary matches (the shipped pair and the padded target);
 * peers: the engine's own plain loop (``Llama.generate``; ``generate()``) and
@@ -108,6 +112,8 @@ def _row_specs(engine, ks, has_draft: bool, peer_n) -> list:
     rows = [("plain loop", "plain", None), ("lookup k=0", "lookup", 0)]
     rows += [(f"lookup k={k}", "lookup", k) for k in ks]
     rows.append(("lookup k=auto", "lookup", "auto"))
+    if getattr(engine, "carried_curve", None) and hasattr(engine.sv.AutoCost, "load"):
+        rows.append(("lookup k=auto carried", "lookup", "carried"))
     if has_draft:
         rows += [(f"draft k={k}", "draft", k) for k in ks]
         rows.append(("draft k=auto", "draft", "auto"))
@@ -122,17 +128,19 @@ def _decoder(sv, draft_step, target_step, k, temperature, generator, warping=Non
     return sv.SpeculativeDecoder(draft_step, target_step, k=k, **kw)
 
 
-def _auto_cost(engine, kind: str, temperature: float):
-    """The row's ``sv.AutoCost``, one per engine x draft x temperature for the whole run.
+def _auto_cost(engine, kind: str, temperature: float, carried: bool = False):
+    """The row's ``sv.AutoCost``, one per engine x draft x temperature (x carried) for the whole run.
 
     A decoder is made per prompt, as a server makes one per request, and they share the engine's
     measured cost curve (``k=AutoCost``): only the run's first decode per row measures it from
-    cold. The acceptance estimates start afresh with every prompt.
+    cold. The acceptance estimates start afresh with every prompt. ``carried``: the AutoCost starts
+    from the engine's curve measured before the cells (``engine.carried_curve``, ``{n: ms}``).
     """
     costs = engine.__dict__.setdefault("_auto_costs", {})
-    if (kind, temperature) not in costs:
-        costs[(kind, temperature)] = engine.sv.AutoCost(k_max=8)
-    return costs[(kind, temperature)]
+    if (kind, temperature, carried) not in costs:
+        curve = {1: engine.carried_curve} if carried else None
+        costs[(kind, temperature, carried)] = engine.sv.AutoCost(k_max=8, **({"curve": curve} if curve else {}))
+    return costs[(kind, temperature, carried)]
 
 
 def _run_ours(engine, kind, k, prompt, max_new, temperature, seed):
@@ -146,8 +154,8 @@ def _run_ours(engine, kind, k, prompt, max_new, temperature, seed):
     else:
         draft = engine.draft(temperature, torch.Generator().manual_seed(seed + 1))
         draft_step = draft.draft_step
-    if k == "auto" and hasattr(sv, "AutoCost"):
-        k = _auto_cost(engine, kind, temperature)
+    if k in ("auto", "carried") and hasattr(sv, "AutoCost"):
+        k = _auto_cost(engine, kind, temperature, carried=k == "carried")
     dec = _decoder(sv, draft_step, target.target_step, k, temperature, g_verify,
                    warping=target.warping if draft is None else None)
     engine.prefill(target, prompt)
@@ -302,6 +310,16 @@ def bars(results: list) -> list:
     out = []
     for cell in results:
         rows = {r["row"]: r for r in cell["rows"]}
+        carried = rows.get("lookup k=auto carried")
+        if carried is not None:  # the same two bars for the carried curve's row
+            fixed = [r for n, r in rows.items() if n.startswith("lookup k=") and n[9:].isdigit() and n != "lookup k=0"]
+            out.append((cell["title"], "lookup auto carried >= 0.97x plain", carried["x_plain"] >= 0.97,
+                        f"{carried['x_plain']:.2f}x"))
+            if fixed:
+                best = max(fixed, key=lambda r: r["tok_s"])
+                ratio = carried["tok_s"] / best["tok_s"]
+                out.append((cell["title"], f"lookup auto carried >= 0.9x best fixed ({best['row']})", ratio >= 0.9,
+                            f"{ratio:.2f}"))
         for draft in ("lookup", "draft"):
             auto = rows.get(f"{draft} k=auto")
             if auto is None:
@@ -393,6 +411,7 @@ def run(args) -> dict:
                 continue
             engine = _open(engine_name, key, spec, sv, args.threads, llama_cache)
             costs = engine.eval_costs(COST_SIZES)
+            engine.carried_curve = dict(costs["target"])  # the "lookup k=auto carried" row's curve
             result["costs"][f"{engine_name}/{key}"] = costs
             print_costs(engine.name, spec.name, costs)
             for kind in args.prompts:
@@ -428,8 +447,9 @@ def print_summary(cells: list) -> None:
     """One line per cell: plain, the best fixed k, k=auto (with its prediction), the peers; lookup and draft."""
     print("\n## Summary (tok/s by CPU time; x = over the plain loop, same cell; pred = from the cost curve)")
     print("| engine | model | prompts | mode | plain tok/s | lookup best fixed | lookup auto (k mean, pred) "
-          "| auto / best fixed | auto / fastest plain | peer lookup best | draft best fixed | draft auto | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| auto / best fixed | auto / fastest plain | auto carried (/ best fixed) | peer lookup best | draft best fixed "
+          "| draft auto | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for cell in cells:
         rows = {r["row"]: r for r in cell["rows"]}
 
@@ -459,12 +479,14 @@ def print_summary(cells: list) -> None:
                     + ("" if fastest["row"] == "plain loop" else f" ({fastest['row'].split(' (')[0]})"))
 
         vs_best, vs_plain = ratios("lookup k=auto", "lookup k=")
+        carried = rows.get("lookup k=auto carried")
+        carried_s = f"{carried['x_plain']:.2f}x ({ratios('lookup k=auto carried', 'lookup k=')[0]})" if carried else ""
         peers = [r for n, r in rows.items() if "PromptLookup" in n or "prompt_lookup" in n]
         peer = max(peers, key=lambda r: r["tok_s"]) if peers else None
         peer_s = f"{peer['x_plain']:.2f}x ({peer['row'].split('N=')[-1].split('=')[-1].rstrip(')')})" if peer else ""
         load = cell["title"].split("load ")[-1].split()[0]
         print(f"| {cell['engine']} | {cell['model']} | {cell['kind']} | {cell['mode']} | {rows['plain loop']['tok_s']:.1f} "
-              f"| {best('lookup k=')} | {auto('lookup k=auto')} | {vs_best} | {vs_plain} | {peer_s} | {best('draft k=')} | "
+              f"| {best('lookup k=')} | {auto('lookup k=auto')} | {vs_best} | {vs_plain} | {carried_s} | {peer_s} | {best('draft k=')} | "
               f"{auto('draft k=auto')} | {load} |")
 
 

@@ -291,6 +291,105 @@ def test_a_shared_autocost_carries_the_curve_to_a_new_decoder(sv, clock):
     assert cold.stats.k_per_round[0] == 0
 
 
+# A curve with a step after 7 positions: c(n) = 1.0 up to n = 7, 3.0 beyond (an engine whose GEMM blocking
+# makes 8+ rows dear). With a perfect draft the best k is 6 (7 tokens for one unit); a cold model climbs
+# by doubling (k = 1, 2, 4, 8) and meets k = 6 only through the gap rule.
+_STEP_AT_7 = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0, 8: 3.0, 9: 3.0}
+
+
+def test_a_carried_curve_skips_the_climb(sv):
+    cost = lambda n: _STEP_AT_7[n]  # noqa: E731
+    carried = _drive(sv.AutoCost(k_max=8, curve={1: _STEP_AT_7}), cost, lambda r, k: k, rounds=12)
+    cold = _drive(sv.AutoCost(k_max=8), cost, lambda r, k: k, rounds=12)
+    print(f"\ncarried {carried}\ncold    {cold}")
+    assert carried[:3] == [0, 0, 0]  # c(1) is still this process's own, measured first
+    assert carried[3:] == [6] * 9  # then the best size at once, and kept
+    assert cold[:3] == [0, 0, 0] and cold[3] == 1  # the control: cold explores from k = 1
+    assert cold[3:].count(6) < 9
+
+
+def test_a_carried_curve_is_priced_by_this_processes_c1_until_measured_here(sv):
+    model = sv.AutoCost(k_max=4, curve={1: {1: 10.0, 2: 15.0, 5: 30.0}})  # any unit: ratios 1, 1.5, 3
+    assert model.target_cost(1, 2) is None  # nothing measured here yet: no prices at all
+    for _ in range(3):
+        model.record(1, 0, 0, (0.0, 2.0, 0.0), [])  # this process's c(1) = 2 s (a loaded machine, say)
+    assert model.target_cost(1, 2) == pytest.approx(3.0)  # 1.5 x 2 s
+    assert model.target_cost(1, 5) == pytest.approx(6.0)
+    assert model.target_cost(1, 3) == pytest.approx(4.0)  # between carried sizes: interpolated
+    model.record(1, 1, 1, (0.0, 2.2, 0.0), [])  # n = 2 measured here: its own median replaces the carried
+    assert model.target_cost(1, 2) == pytest.approx(2.2)
+    assert model.target_cost(2, 1) is None  # another batch size carried nothing
+    assert model.curve() == {1: {1: 1.0, 2: pytest.approx(1.1), 5: 3.0}}  # measured, then carried, over c(1)
+
+
+def test_the_curve_saved_by_one_decoder_seeds_a_new_process(sv, clock, tmp_path):
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: _STEP_AT_7[n], clock)
+    first = sv.SpeculativeDecoder(_perfect_draft(tables), target, k="auto", k_max=8)
+    first.generate(torch.tensor([0, 1]), max_new=60)
+    path = tmp_path / "curve.json"
+    first.auto.save(path)
+    saved = sv.AutoCost.load(path).curve()
+    assert saved == first.auto.curve()  # the file round-trips
+    measured = {n: r for n, r in saved[1].items()}
+    assert measured[1] == 1.0 and all(measured[n] == pytest.approx(_STEP_AT_7[n]) for n in measured)
+    # "A new process": a fresh decoder on a loaded AutoCost, no other state shared.
+    warm = sv.SpeculativeDecoder(_perfect_draft(tables), target, k=sv.AutoCost.load(path, k_max=8))
+    out = warm.generate(torch.tensor([2]), max_new=40)
+    assert out.tolist() == tables.greedy_chain([2], 40)
+    print(f"\nfirst {first.stats.k_per_round}\nwarm  {warm.stats.k_per_round}")
+    # The first process climbed (k = 1, 2, 4, 8) and settled; the new one measures its own c(1), then
+    # starts where the first ended. (It carries what was measured: n = 7 was never tried there, and
+    # interpolated between c(5) and c(9) it does not pay, so k = 4, not the true best 6, as in the first.)
+    settled = max(set(first.stats.k_per_round[-8:-1]), key=first.stats.k_per_round[-8:-1].count)
+    assert settled == 4 and first.stats.k_per_round[3] == 1  # the control: the first process had to climb
+    assert warm.stats.k_per_round[:4] == [0, 0, 0, settled]
+
+
+def test_the_draft_pools_travel_with_the_curve(sv, tmp_path):
+    """save / load carry each context's pooled acceptance (a new sequence's prior there), not the sequences' own."""
+    model = sv.AutoCost(k_max=4)
+    for seconds in (1.0, 1.0, 1.0):
+        model.record(1, 0, 0, (0.0, seconds, 0.0), [])
+    for r in range(12):  # context 5 (a long match): every token kept; context 1 (a 1-gram in prose): none
+        model.record(1, 4, 4, (0.0, 1.2, 0.0), [((0, 5), 4, 4, 4), ((0, 1), 4, 4, 0)])
+    path = tmp_path / "auto.json"
+    model.save(path)
+    loaded = sv.AutoCost.load(path, k_max=4)
+    for context in (5, 1):  # a sequence new to both processes starts from the same pool
+        assert loaded.alpha((7, context)) == pytest.approx(model.alpha((7, context)))
+    assert min(loaded.alpha((7, 5))) > 0.8 > 0.2 > max(loaded.alpha((7, 1)))
+    assert sv.AutoCost(k_max=4).alpha((7, 5)) == [0.5] * 4  # the control: nothing carried, the prior
+    assert loaded.alpha((0, 5)) == loaded.alpha((7, 5))  # sequence 0's own evidence stayed behind
+    wider = sv.AutoCost.load(path, k_max=6)  # another k_max: the pool padded with no evidence
+    assert wider.alpha((7, 5))[:4] == pytest.approx(model.alpha((7, 5)))
+
+
+def test_a_carried_curve_is_checked(sv, tmp_path):
+    bad = [("not a mapping", [1.0, 2.0], TypeError), ("a batch named by a str", {"1": {1: 1.0}}, TypeError),
+           ("batch 0", {0: {1: 1.0}}, ValueError), ("an inner list", {1: [1.0]}, TypeError),
+           ("positions 0", {1: {0: 1.0, 1: 1.0}}, ValueError), ("no positions = 1", {1: {2: 1.0}}, ValueError),
+           ("a cost of 0", {1: {1: 0.0}}, ValueError), ("a NaN cost", {1: {1: 1.0, 2: float("nan")}}, ValueError),
+           ("an inf cost", {1: {1: float("inf")}}, ValueError), ("a str cost", {1: {1: "1"}}, TypeError),
+           ("a bool cost", {1: {1: True}}, TypeError), ("a bool batch", {True: {1: 1.0}}, TypeError)]
+    for why, curve, error in bad:
+        with pytest.raises(error, match="AutoCost curve"):
+            sv.AutoCost(curve=curve)
+        print(f"{why}: {error.__name__}")
+    for text in ("not json", '{"format": "something else", "curve": {}}', '[1, 2]',
+                 '{"format": "spec-verify AutoCost curve 1", "curve": {"1": {"2": 1.0}}}',
+                 '{"format": "spec-verify AutoCost curve 1", "curve": {"x": {"1": 1.0}}}',
+                 '{"format": "spec-verify AutoCost curve 1", "curve": {}, "pools": {"5": 1}}',
+                 '{"format": "spec-verify AutoCost curve 1", "curve": {}, "pools": [[5, [1.0], [0.5]]]}',
+                 '{"format": "spec-verify AutoCost curve 1", "curve": {}, "pools": [[5, [1.0], [1.0, 2.0]]]}',
+                 '{"format": "spec-verify AutoCost curve 1", "curve": {}, "pools": [[[5], [1.0], [1.0]]]}',
+                 '{"format": "spec-verify AutoCost curve 1", "curve": {}, "pools": [[5, ["1"], [1.0]]]}'):
+        path = tmp_path / "bad.json"
+        path.write_text(text)
+        with pytest.raises(ValueError, match="AutoCost.load"):
+            sv.AutoCost.load(path)
+
+
 def test_autocost_misuse_is_named(sv):
     for kw in (dict(k_max=0), dict(k_max=2.5), dict(window=0), dict(decay=0.0), dict(idle_decay=1.5),
                dict(decay="x")):

@@ -53,6 +53,13 @@ tokens per second (DESIGN.md, "k = auto"):
   own pool), so a draft that failed a while ago is tried again where the
   costs allow.
 
+A curve measured in one process may seed the next (``AutoCost(curve=...)``,
+``AutoCost.load``; ``curve()`` and ``save`` give it): the carried sizes are
+priced at their ratio to ``c_target(1)`` times this process's own measured
+``c_target(1)``, until a size is measured here, so a new process climbs no
+sizes from cold; ``save`` / ``load`` carry the contexts' pooled acceptance
+too (DESIGN.md, "k = auto": a curve carried across processes).
+
 ``k = 0`` is a plain decoding step (the draft is not called). Exactness: the
 choice depends only on what happened before the round (timings, earlier
 outcomes), never on the round's own uniforms, so every round is a valid
@@ -64,7 +71,11 @@ Only the Python standard library is imported here.
 from __future__ import annotations
 
 import collections
+import collections.abc
+import json
 import math
+import numbers
+import os
 import statistics
 
 
@@ -83,6 +94,7 @@ _DRAFT_POOL = "draft"  # the pool of keys without a context (a draft model): its
 _REST_SHARE = 0.02  # a round's own work (all but the eval) above this share of c_target(1): plain stretches rest
 _REST_AFTER = 8  # chosen plain steps in a row before the first rest
 _REST_MAX = 8  # the longest rest, in rounds (rests double from 1 while the looks between them choose k = 0)
+_CURVE_FORMAT = "spec-verify AutoCost curve 1"  # save's JSON, as load checks it
 
 
 class AutoCost:
@@ -99,16 +111,31 @@ class AutoCost:
         drafted for it, in ``(0, 1]``.
     idle_decay : float, default 0.95
         The same per round that drafted nothing for it (a plain step).
+    curve : mapping, optional
+        A cost curve carried from an earlier process: ``{batch size:
+        {positions: cost}}``, each inner mapping holding ``positions = 1``;
+        costs in any unit (they are divided by the ``positions = 1`` cost),
+        as ``curve()`` returns them. Each carried size is priced at its
+        ratio times this process's measured ``c_target(1)`` until it is
+        measured here; ``c_target(1)`` itself is always measured first (3
+        plain steps), as without a curve.
 
     Notes
     -----
     One ``AutoCost`` lives as long as its decoder: the cost curve is the
     engine's and carries over between ``generate`` calls; the acceptance
     estimates are the sequences' and start afresh with each call
-    (``new_run``).
+    (``new_run``). Across processes, ``save`` and ``load`` carry the curve
+    and the draft's acceptance pools per context (not the sequences' own
+    estimates: a new process's prompts are new text).
+
+    See Also
+    --------
+    AutoCost.curve, AutoCost.save, AutoCost.load
     """
 
-    def __init__(self, k_max: int = 8, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95) -> None:
+    def __init__(self, k_max: int = 8, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95,
+                 curve=None) -> None:
         for name, value in (("k_max", k_max), ("window", window)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"AutoCost {name} must be an int >= 1, got {value!r}")
@@ -119,6 +146,8 @@ class AutoCost:
         self.window = window
         self.decay = decay
         self.idle_decay = idle_decay
+        # batch -> {positions: c(n) / c(1)} carried from an earlier process (curve=), until measured here
+        self._carried: dict = _checked_curve(curve)
         # (batch size, positions) -> recent target eval seconds
         self._target: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
@@ -154,6 +183,74 @@ class AutoCost:
         self._plain_streak.clear()
         self._resting.clear()
         self._next_rest.clear()
+
+    # -- the curve across processes -----------------------------------------------
+
+    def curve(self) -> dict:
+        """The cost curve to carry to another process: ``{batch size: {positions: c(n) / c(1)}}``.
+
+        Each size's median as measured here (not the non-decreasing fit:
+        the next process fits it with its own samples), over ``c(1)``;
+        carried sizes not measured here are kept. A batch size without a
+        measured ``c(1)`` keeps its carried curve, if any.
+
+        Returns
+        -------
+        dict
+            ``{int: {int: float}}``, each inner mapping holding ``1: 1.0``;
+            what ``AutoCost(curve=...)`` takes.
+        """
+        out = {batch: dict(ratios) for batch, ratios in self._carried.items()}
+        for (batch, n), seconds in self._raw.items():
+            base = self._raw.get((batch, 1))
+            if base:  # a c(1) of 0 s (a clock too coarse) carries nothing
+                out.setdefault(batch, {})[n] = seconds / base
+        return {batch: dict(sorted(ratios.items())) for batch, ratios in sorted(out.items()) if 1 in ratios}
+
+    def save(self, path) -> None:
+        """Write ``curve()`` and the draft's acceptance pools to ``path`` as JSON (for ``AutoCost.load``).
+
+        The pools are each context's pooled acceptance per position (a prompt
+        lookup's match-length buckets; a draft model's own pool), the prior of
+        a new sequence's first rounds in that context, kept across runs in a
+        process as the curve is; contexts that are not an int or a str are not
+        saved. Why a file and not a cache of the package's own: the curve is
+        one engine's, model's, thread count's and machine's, and the pools one
+        draft's and target's, which only the caller knows; it names the file.
+        """
+        pools = [[context, list(accepted), list(judged)] for context, (accepted, judged) in self._context.items()
+                 if isinstance(context, (int, str)) and not isinstance(context, bool)]
+        doc = {"format": _CURVE_FORMAT, "curve": {str(b): {str(n): r for n, r in ratios.items()}
+                                                  for b, ratios in self.curve().items()}, "pools": pools}
+        with open(os.fspath(path), "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path, **kwargs) -> "AutoCost":
+        """An ``AutoCost`` carrying the curve and pools ``save`` wrote to ``path`` (``kwargs``: as ``AutoCost``'s).
+
+        Pools saved under another ``k_max`` are cut or padded with no evidence.
+
+        Raises
+        ------
+        ValueError
+            ``path`` holds no saved curve, or a curve that ``AutoCost(curve=...)`` refuses.
+        """
+        with open(os.fspath(path), encoding="utf-8") as f:
+            try:
+                doc = json.load(f)
+            except ValueError as e:
+                raise ValueError(f"AutoCost.load: {os.fspath(path)!r} is not JSON ({e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != _CURVE_FORMAT or not isinstance(doc.get("curve"), dict):
+            raise ValueError(f"AutoCost.load: {os.fspath(path)!r} holds no curve saved by AutoCost.save")
+        try:
+            curve = _checked_curve({int(b): {int(n): r for n, r in ratios.items()} for b, ratios in doc["curve"].items()})
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ValueError(f"AutoCost.load: {os.fspath(path)!r} holds no valid curve ({e})") from None
+        model = cls(curve=curve, **kwargs)
+        model._context = _checked_pools(doc.get("pools", []), model.k_max, os.fspath(path))
+        return model
 
     def record(self, batch: int, k_asked: int, drafted: int, seconds: tuple, outcomes: list,
                looked_ahead: bool = False) -> None:
@@ -373,9 +470,16 @@ class AutoCost:
         """
         key = ("target", batch)
         if key not in self._medians:
-            sizes = sorted(n for (b, n) in self._raw if b == batch)
-            self._medians[key] = dict(zip(sizes, _monotone([self._raw[(batch, n)] for n in sizes],
-                                                           [len(self._target[(batch, n)]) for n in sizes])))
+            costs = {n: (self._raw[(batch, n)], len(self._target[(batch, n)])) for (b, n) in self._raw if b == batch}
+            carried = self._carried.get(batch)
+            if carried and 1 in costs:
+                # A carried size is priced by this process's own c(1): the ratios travel between
+                # processes and machines' loads, the seconds do not. One sample's weight in the fit.
+                for n, ratio in carried.items():
+                    costs.setdefault(n, (ratio * costs[1][0], 1))
+            sizes = sorted(costs)
+            self._medians[key] = dict(zip(sizes, _monotone([costs[n][0] for n in sizes],
+                                                           [costs[n][1] for n in sizes])))
         return self._medians[key]
 
     def _median(self, name: str, batch: int, samples: dict) -> float:
@@ -510,6 +614,56 @@ class AutoCost:
                 else:
                     head += (ge[k] - ge[k + 1]) * cost[k]
         return out
+
+
+def _checked_curve(curve) -> dict:
+    """``curve`` as ``{batch: {positions: c(n) / c(1)}}``, or the named error (``AutoCost(curve=...)``)."""
+    if curve is None:
+        return {}
+    if not isinstance(curve, collections.abc.Mapping):
+        raise TypeError(f"AutoCost curve must be a mapping {{batch size: {{positions: cost}}}}, got {type(curve).__name__}")
+    out = {}
+    for batch, costs in curve.items():
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
+            raise TypeError(f"AutoCost curve: a batch size must be an int, got {batch!r}")
+        if batch < 1:
+            raise ValueError(f"AutoCost curve: a batch size must be >= 1, got {batch!r}")
+        if not isinstance(costs, collections.abc.Mapping):
+            raise TypeError(f"AutoCost curve[{batch}] must be a mapping {{positions: cost}}, got {type(costs).__name__}")
+        ratios = {}
+        for n, cost in costs.items():
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+                raise TypeError(f"AutoCost curve[{batch}]: positions must be an int, got {n!r}")
+            if n < 1:
+                raise ValueError(f"AutoCost curve[{batch}]: positions must be >= 1, got {n!r}")
+            if isinstance(cost, bool) or not isinstance(cost, numbers.Real):
+                raise TypeError(f"AutoCost curve[{batch}][{n}]: a cost must be a number, got {cost!r}")
+            if not math.isfinite(cost) or cost <= 0:
+                raise ValueError(f"AutoCost curve[{batch}][{n}]: a cost must be finite and > 0, got {cost!r}")
+            ratios[int(n)] = float(cost)
+        if 1 not in ratios:
+            raise ValueError(f"AutoCost curve[{batch}] must hold positions = 1 (the costs are relative to it)")
+        out[int(batch)] = {n: cost / ratios[1] for n, cost in sorted(ratios.items())}
+    return out
+
+
+def _checked_pools(pools, k_max: int, path: str) -> dict:
+    """``save``'s pools as ``{context: [accepted, judged]}``, cut or padded to ``k_max``; ValueError if malformed."""
+    out = {}
+    if not isinstance(pools, list):
+        raise ValueError(f"AutoCost.load: {path!r}'s pools are not a list")
+    for entry in pools:
+        ok = isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], (int, str)) \
+            and not isinstance(entry[0], bool) and all(isinstance(c, list) for c in entry[1:])
+        counts = [[float(x) for x in c if isinstance(x, (int, float)) and not isinstance(x, bool)] for c in entry[1:]] \
+            if ok else []
+        if not ok or any(len(c) != len(raw) for c, raw in zip(counts, entry[1:])) or len(counts[0]) != len(counts[1]) \
+                or not all(math.isfinite(x) and x >= 0 for c in counts for x in c) \
+                or any(a > j * (1 + 1e-9) + 1e-12 for a, j in zip(*counts)):
+            raise ValueError(f"AutoCost.load: {path!r}: a pool is not [context, accepted, judged] with "
+                             f"0 <= accepted <= judged per position, got {entry!r}")
+        out[entry[0]] = [(c + [0.0] * k_max)[:k_max] for c in counts]
+    return out
 
 
 def _context_of(seq):

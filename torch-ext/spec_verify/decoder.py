@@ -147,7 +147,9 @@ class SpeculativeDecoder(_DecodeLoop):
         (``cost_model.AutoCost``; DESIGN.md, "k = auto"). An ``AutoCost``
         instance: ``"auto"`` with that cost model, shared with other decoders
         on the same engine (the cost curve is the engine's, so a new decoder
-        per request need not measure it again; ``k_max`` is the AutoCost's).
+        per request need not measure it again; ``k_max`` is the AutoCost's),
+        or one carrying a curve from an earlier process
+        (``AutoCost.load(path)``, written by ``dec.auto.save(path)``).
     greedy : bool, default True
         True: ``verify_greedy`` (the output equals plain greedy decoding with
         the target). False: sampled verification (the output is distributed as
