@@ -624,27 +624,30 @@ def _checked_curve(curve) -> dict:
         raise TypeError(f"AutoCost curve must be a mapping {{batch size: {{positions: cost}}}}, got {type(curve).__name__}")
     out = {}
     for batch, costs in curve.items():
-        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
-            raise TypeError(f"AutoCost curve: a batch size must be an int, got {batch!r}")
-        if batch < 1:
-            raise ValueError(f"AutoCost curve: a batch size must be >= 1, got {batch!r}")
+        batch = _at_least_one(batch, "AutoCost curve: a batch size")
         if not isinstance(costs, collections.abc.Mapping):
             raise TypeError(f"AutoCost curve[{batch}] must be a mapping {{positions: cost}}, got {type(costs).__name__}")
         ratios = {}
         for n, cost in costs.items():
-            if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-                raise TypeError(f"AutoCost curve[{batch}]: positions must be an int, got {n!r}")
-            if n < 1:
-                raise ValueError(f"AutoCost curve[{batch}]: positions must be >= 1, got {n!r}")
+            n = _at_least_one(n, f"AutoCost curve[{batch}]: positions")
             if isinstance(cost, bool) or not isinstance(cost, numbers.Real):
                 raise TypeError(f"AutoCost curve[{batch}][{n}]: a cost must be a number, got {cost!r}")
             if not math.isfinite(cost) or cost <= 0:
                 raise ValueError(f"AutoCost curve[{batch}][{n}]: a cost must be finite and > 0, got {cost!r}")
-            ratios[int(n)] = float(cost)
+            ratios[n] = float(cost)
         if 1 not in ratios:
             raise ValueError(f"AutoCost curve[{batch}] must hold positions = 1 (the costs are relative to it)")
-        out[int(batch)] = {n: cost / ratios[1] for n, cost in sorted(ratios.items())}
+        out[batch] = {n: cost / ratios[1] for n, cost in sorted(ratios.items())}
     return out
+
+
+def _at_least_one(value, what: str) -> int:
+    """``value`` as an int >= 1, or TypeError (not an int; a bool is not) / ValueError (< 1) naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{what} must be >= 1, got {value!r}")
+    return int(value)
 
 
 def _checked_pools(pools, k_max: int, path: str) -> dict:
