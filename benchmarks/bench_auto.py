@@ -69,6 +69,11 @@ CURVES = {
     # llama.cpp with our head there, the Q8_0 head repacked by 16 ids (2026-12-03, eighth session): one
     # row is cheap now (0.67x llama.cpp's own one-token eval), so the body's positions weigh more.
     "llama.cpp + head Gemma, EPYC, repacked": [1.0, 1.29, 1.58, 1.96, 2.12, 2.53, 3.53, 4.15, 4.77],  # ours / ours at 1
+    # AMD EPYC (Zen 2: AVX2 only, 16 MiB L3), 2026-12-04 (ninth session; docs/performance.md): every curve
+    # is steep at 2 positions (a second row costs 0.64-0.80 of a one-token eval) and flatter beyond.
+    "llama.cpp Gemma, Zen 2": [1.0, 1.80, 3.46, 2.37, 3.53, 3.18, 4.30, 3.98, 5.12],
+    "llama.cpp + head Gemma, Zen 2": [1.0, 1.64, 1.90, 2.09, 2.46, 2.68, 3.04, 3.40, 3.75],  # ours / ours at n = 1
+    "transformers Gemma, Zen 2": [1.0, 1.79, 2.49, 2.30, 2.59, 2.52, 2.80, 2.59, 2.89],
 }
 
 # Per emitted token: (P(enter a copy), P(leave it)).

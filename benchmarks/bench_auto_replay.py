@@ -53,7 +53,8 @@ K_MAX = 8
 # Which curves each model's text is priced by (bench_auto.CURVES).
 PRICED = {"gemma": ("llama.cpp Gemma", "llama.cpp + head Gemma", "transformers Gemma",
                    "llama.cpp Gemma, EPYC", "llama.cpp + head Gemma, EPYC", "transformers Gemma, EPYC",
-                   "llama.cpp + head Gemma, EPYC, repacked"),
+                   "llama.cpp + head Gemma, EPYC, repacked", "llama.cpp Gemma, Zen 2", "llama.cpp + head Gemma, Zen 2",
+                   "transformers Gemma, Zen 2"),
           "smollm2": ("llama.cpp SmolLM2", "llama.cpp + head SmolLM2", "llama.cpp SmolLM2, EPYC")}
 RUNS = {"bench": (2, 64), "all": (None, 128)}
 
