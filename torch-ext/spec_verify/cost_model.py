@@ -652,21 +652,32 @@ def _at_least_one(value, what: str) -> int:
 
 def _checked_pools(pools, k_max: int, path: str) -> dict:
     """``save``'s pools as ``{context: [accepted, judged]}``, cut or padded to ``k_max``; ValueError if malformed."""
-    out = {}
     if not isinstance(pools, list):
         raise ValueError(f"AutoCost.load: {path!r}'s pools are not a list")
+    out = {}
     for entry in pools:
-        ok = isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], (int, str)) \
-            and not isinstance(entry[0], bool) and all(isinstance(c, list) for c in entry[1:])
-        counts = [[float(x) for x in c if isinstance(x, (int, float)) and not isinstance(x, bool)] for c in entry[1:]] \
-            if ok else []
-        if not ok or any(len(c) != len(raw) for c, raw in zip(counts, entry[1:])) or len(counts[0]) != len(counts[1]) \
-                or not all(math.isfinite(x) and x >= 0 for c in counts for x in c) \
-                or any(a > j * (1 + 1e-9) + 1e-12 for a, j in zip(*counts)):
+        counts = _pool_counts(entry)
+        if counts is None:
             raise ValueError(f"AutoCost.load: {path!r}: a pool is not [context, accepted, judged] with "
                              f"0 <= accepted <= judged per position, got {entry!r}")
         out[entry[0]] = [(c + [0.0] * k_max)[:k_max] for c in counts]
     return out
+
+
+def _pool_counts(entry):
+    """``[accepted, judged]`` (float lists) of one saved pool ``[context, accepted, judged]``, or None if malformed."""
+    if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], (int, str))
+            and not isinstance(entry[0], bool)):
+        return None
+    accepted, judged = entry[1:]
+    if not (isinstance(accepted, list) and isinstance(judged, list) and len(accepted) == len(judged)):
+        return None
+    numbers_only = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in accepted + judged)
+    if not numbers_only or not all(math.isfinite(x) and x >= 0 for x in accepted + judged):
+        return None
+    if any(a > j * (1 + 1e-9) + 1e-12 for a, j in zip(accepted, judged)):  # float slack: decayed sums
+        return None
+    return [[float(x) for x in accepted], [float(x) for x in judged]]
 
 
 def _context_of(seq):
