@@ -111,6 +111,10 @@ bench-auto: build ## k=auto's policy simulated on the measured cost curves (no e
 bench-auto-replay: build real-models | $(LLAMA_STAMP) ## k=auto replayed on the real models' own greedy text (recorded once on llama.cpp into out/): the policy alone, ~10 s
 	$(PY) -m benchmarks.bench_auto_replay --carried
 
+.PHONY: bench-auto-draft
+bench-auto-draft: build gguf | $(LLAMA_STAMP) ## k=auto with the shipped draft model, replayed on its own greedy text and proposals (recorded once on llama.cpp into out/): the policy alone, ~10 s
+	$(PY) -m benchmarks.bench_auto_draft --seeds 21
+
 .PHONY: bench-hidden
 bench-hidden: build real-models ## verify_hidden (the LM head in the op) against the floor and torch's head: a bf16 head, then Gemma 3 270M's Q8_0 head
 	$(PY) -m benchmarks.bench_hidden

@@ -35,6 +35,10 @@ is known, priced by eval-cost curves measured in ``make bench-real``:
   tokens long with 0.7, 4-7 with 0.2, else 3; prose's a 1-gram with 0.75, a
   2-gram with 0.2, a 3-gram with 0.05); fixed ``k = 1 .. 8``.
 
+The first three run on a key without a context, which since the tenth
+session is a draft model's (positions sharing one rate, ``retry``); they are
+ablations of the lookup's estimate, not replays of past code.
+
 Figures are tokens per unit of cost over plain's, medians over seeds. What it
 does not model: the decoder's own Python per round, draws that change with
 ``k``, a curve that drifts during a run.

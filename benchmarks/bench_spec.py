@@ -26,6 +26,9 @@ Rows per cell, all on the same files, prompts, token ids and one thread:
   its own prompt lookup (llama-cpp-python's ``LlamaPromptLookupDecoding``;
   transformers' ``prompt_lookup_num_tokens``) at N = ``--peer-n``.
 
+``--rows draft`` (or ``lookup``, ``peers``, a comma list) measures only those
+kinds, beside the plain loop and ``lookup k=0``, which always run.
+
 Timing covers decoding only (each row's prefill runs before its clock
 starts). ``tok/s`` is by process CPU time (one thread: a wait for a core is
 not counted; a shared cache's slowdown is), ``x plain`` its ratio to the plain
@@ -105,9 +108,12 @@ def _versions() -> dict:
 # One cell: an engine x model x prompt kind x mode
 # ----------------------------------------------------------------------------
 
+ROW_KINDS = ("lookup", "draft", "peers")  # --rows: which kinds of row a run measures (all by default)
 
-def _row_specs(engine, ks, has_draft: bool, peer_n) -> list:
-    """``(name, kind, k)`` in table order; kind is plain | lookup | draft | peers."""
+
+def _row_specs(engine, ks, has_draft: bool, peer_n, kinds=ROW_KINDS) -> list:
+    """``(name, kind, k)`` in table order; kind is plain | lookup | draft | peers. ``kinds``: the kinds kept
+    (``--rows``); the plain loop and ``lookup k=0`` (the decoder's own plain step) are always kept."""
     auto = hasattr(engine.sv, "PromptLookupDraft")
     rows = [("plain loop", "plain", None), ("lookup k=0", "lookup", 0)]
     rows += [(f"lookup k={k}", "lookup", k) for k in ks]
@@ -118,6 +124,7 @@ def _row_specs(engine, ks, has_draft: bool, peer_n) -> list:
         rows += [(f"draft k={k}", "draft", k) for k in ks]
         rows.append(("draft k=auto", "draft", "auto"))
     rows.append(("peers", "peers", None))
+    rows = [r for r in rows if r[1] in kinds or r[0] in ("plain loop", "lookup k=0")]
     return rows if auto else [r for r in rows if r[1] != "lookup"]
 
 
@@ -178,10 +185,10 @@ def _run_ours(engine, kind, k, prompt, max_new, temperature, seed):
     return fig
 
 
-def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=False) -> dict:
-    """Every row on every prompt, ``repeats`` passes; per row the medians over passes."""
+def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=False, kinds=ROW_KINDS) -> dict:
+    """Every row (of ``kinds``) on every prompt, ``repeats`` passes; per row the medians over passes."""
     prompts = [engine.tokenize(t, chat) for t in texts]
-    specs = _row_specs(engine, ks, engine.spec.has_draft, peer_n)
+    specs = _row_specs(engine, ks, engine.spec.has_draft, peer_n, kinds)
     passes = []  # per pass: {row name: summed figures}
     for p in range(repeats):
         acc = {}
@@ -415,7 +422,8 @@ def run(args) -> dict:
             for kind in args.prompts:
                 texts = bench_prompts.spread(bench_prompts.prompts(spec.family, kind), args.n_prompts)
                 for mode in args.modes:
-                    cell = run_cell(engine, texts, temps[mode], args.ks, args.max_new, args.repeats, args.peer_n)
+                    cell = run_cell(engine, texts, temps[mode], args.ks, args.max_new, args.repeats, args.peer_n,
+                                    kinds=args.rows)
                     rows = summarize(cell, costs)
                     diffs = same_as_plain(cell) if mode == "greedy" else None
                     title = (f"{engine.name} x {spec.name} x {kind} x {mode}: {len(texts)} prompts x "
@@ -541,6 +549,8 @@ def main(argv=None) -> None:
     parser.add_argument("--prompts", default=",".join(bench_prompts.KINDS), help="grounded, open")
     parser.add_argument("--modes", default="greedy,sampled", help="greedy, sampled (T = 0.8)")
     parser.add_argument("--ks", default="1-8", help="fixed k rows: 1-8 or 1,2,4")
+    parser.add_argument("--rows", default=",".join(ROW_KINDS),
+                        help="comma list of lookup, draft, peers (the plain loop and lookup k=0 always run)")
     parser.add_argument("--max-new", type=int, default=64)
     parser.add_argument("--n-prompts", type=int, default=3, help="prompts per kind (at most)")
     parser.add_argument("--repeats", type=int, default=1, help="passes; medians over them")
@@ -559,6 +569,7 @@ def main(argv=None) -> None:
     args.prompts = _list(args.prompts, bench_prompts.KINDS)
     args.modes = _list(args.modes, ("greedy", "sampled"))
     args.ks = _ks(args.ks)
+    args.rows = _list(args.rows, ROW_KINDS)
     args.peer_n = _ks(args.peer_n)
     if args.invariance:
         from integrations.llama_cpp import invariance

@@ -168,6 +168,45 @@ def test_a_draft_models_acceptance_is_pooled_across_runs(sv):
     assert _drive(forgetful, cost, lambda r, k: k, rounds=1)[0] < 8
 
 
+def test_a_draft_model_rejected_once_is_tried_again_soon(sv):
+    """A draft model is never probed, so after a new sequence's first round is rejected its estimate
+    (~0.2 at position 0: a quarter round of pool against one rejection) would come back only by the idle
+    decay. With ``retry`` its own evidence is forgotten after 2 plain rounds and the next round is priced
+    from the draft's pool (here: a first run all accepted, where ``k = 8`` pays)."""
+    cost = lambda n: 1.0 + 0.8 * (n - 1)  # noqa: E731  (steep: k = 0 after a rejection, k = 8 at the pool)
+
+    def run(model):
+        _drive(model, cost, lambda r, k: k, rounds=30)  # a first prompt: every draft token kept
+        model.new_run()  # a second prompt: its first round is rejected at its first token, then all kept
+        return _drive(model, cost, lambda r, k: 0, rounds=1) + _drive(model, cost, lambda r, k: k, rounds=30)
+
+    chosen = run(_auto(sv))
+    print(f"\nretry: k per round {chosen}")
+    assert chosen[0] == 8 and chosen[1:3] == [0, 0] and chosen[3:] == [8] * 28
+    # The control: without retry, the rejection keeps it plain for tens of rounds (the idle decay alone).
+    model = _auto(sv)
+    model.retry = False
+    assert run(model)[1:21] == [0] * 20
+
+
+def test_a_draft_model_that_keeps_failing_is_retried_ever_more_rarely(sv):
+    """Waits between retries double while they fail (2, 4, 8, ...; at most 32 plain rounds), so a draft
+    that turned bad costs at most a try per doubling; and one whose pool says it does not pay is never retried."""
+    cost = lambda n: 1.0 + 0.8 * (n - 1)  # noqa: E731
+    model = _auto(sv)
+    _drive(model, cost, lambda r, k: k, rounds=30)
+    after = _drive(model, cost, lambda r, k: 0, rounds=120)  # every proposal rejected from now on
+    first_plain = after.index(0)
+    tries = [i for i, k in enumerate(after) if k > 0 and i > first_plain]
+    gaps = [b - a - 1 for a, b in zip([first_plain - 1] + tries, tries)]  # plain rounds before each try
+    print(f"\nfailing draft: k per round {after[:12]}..., tries at {tries}, gaps {gaps}")
+    assert first_plain <= 3 and gaps[:4] == [2, 4, 8, 16] and all(g <= 32 for g in gaps)  # doubling, capped
+    assert len(tries) <= 7  # ~log2(120) tries, not one every few rounds
+    # The control: a draft whose pool is bad from the start (never accepted) is tried once, then never.
+    bad = _auto(sv)
+    assert sum(k > 0 for k in _drive(bad, cost, lambda r, k: 0, rounds=120)) == 1
+
+
 # ============================================================================
 # The decoders end to end (clock-priced targets)
 # ============================================================================
@@ -395,6 +434,9 @@ def test_autocost_misuse_is_named(sv):
                dict(decay="x")):
         with pytest.raises(ValueError, match="AutoCost"):
             sv.AutoCost(**kw)
+    for retry in (1, "yes", None):
+        with pytest.raises(TypeError, match="AutoCost retry"):
+            sv.AutoCost(retry=retry)
     with pytest.raises(ValueError, match="disagrees with the AutoCost"):
         sv.SpeculativeDecoder(lambda p, k: (torch.zeros(k, dtype=torch.int64), None), lambda p, t: None,
                               k=sv.AutoCost(4), k_max=5)
@@ -435,16 +477,21 @@ def test_a_sampled_rejection_counts_its_acceptance_probability(sv):
     def estimate(evidence, prior):  # the documented rule: (evidence + 0.25 * prior) / (1 judged + 0.25)
         return (evidence + 0.25 * prior) / 1.25
 
-    # The prior is the draft's pool, which holds the same one round (its own prior 0.5).
-    assert with_probs.alpha(0)[0] == pytest.approx(estimate(0.6, estimate(0.6, 0.5)))
-    assert outcomes_only.alpha(0)[0] == pytest.approx(estimate(0.0, estimate(0.0, 0.5)))
+    def pool_prior(hits, judged, all_hits, all_judged):  # a draft model's pool, positions sharing one rate
+        rate = (all_hits + 0.5) / (all_judged + 1.0)  # the pool's rate over all positions (prior 0.5, weight 1)
+        return (hits + 4.0 * rate) / (judged + 4.0)  # a position's own evidence, shrunk towards it (weight 4)
+
+    # The prior is the draft's pool, which holds the same one round.
+    assert with_probs.alpha(0)[0] == pytest.approx(estimate(0.6, pool_prior(0.6, 1, 0.6, 1)))
+    assert outcomes_only.alpha(0)[0] == pytest.approx(estimate(0.0, pool_prior(0.0, 1, 0.0, 1)))
     # An accepted token then a rejected one: positions 0 and 1 judged, each with its own probability
-    # (position 1's prior: the pool's position 1, itself shrunk towards the pool's position 0).
+    # (each position's prior: the pool's own evidence there, shrunk towards the pool's rate, 1.2 of 2).
     both = sv.AutoCost(k_max=4)
     both.record(1, 2, 2, (0.0, 0.01, 0.0), [(0, 2, 2, 1, [0.9, 0.3])])
-    p0 = estimate(0.9, 0.5)
-    p1 = estimate(0.3, p0)
+    p0, p1 = pool_prior(0.9, 1, 1.2, 2), pool_prior(0.3, 1, 1.2, 2)
     assert both.alpha(0)[:2] == pytest.approx([estimate(0.9, p0), estimate(0.3, p1)])
+    # Position 2, never judged: the pool's rate alone (the chain to position 1 it had before would give less).
+    assert both.alpha(0)[2] == pytest.approx(pool_prior(0.0, 0, 1.2, 2))
 
 
 class _Recording:

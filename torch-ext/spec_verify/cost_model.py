@@ -50,8 +50,11 @@ tokens per second (DESIGN.md, "k = auto"):
   forgotten. Forgotten evidence returns to the prior
   (position ``i-1``'s estimate; 0.5 at position 0; a context's pooled
   estimate, and for a draft without contexts -- a draft model -- the draft's
-  own pool), so a draft that failed a while ago is tried again where the
-  costs allow.
+  own pool, whose positions share one rate), so a draft that failed a while
+  ago is tried again where the costs allow. A draft model is not probed, so
+  a sequence's own evidence is forgotten outright after 2, 4, 8, ... (at
+  most 32) plain rounds in a row (``retry``): one early rejection no longer
+  keeps a good draft idle for tens of rounds.
 
 A curve measured in one process may seed the next (``AutoCost(curve=...)``,
 ``AutoCost.load``; ``curve()`` and ``save`` give it): the carried sizes are
@@ -88,12 +91,15 @@ _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is m
 _GAP_CLOSE = 0.9  # a never-measured size between measured ones, predicted within this factor of the best, is tried once
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 _CONTEXT_WEIGHT = 1.0  # a context's pooled estimate as a prior: one round's worth (see alpha)
+_POSITION_WEIGHT = 4.0  # a draft model's pool: each position shrunk towards its rate over all positions (alpha)
 _PROBE_SHARE = 0.05  # the draft is looked ahead with (and probed) while a look-ahead costs at most this share of c_target(1)
 _CONTEXT_DECAY = 0.98  # a context's pooled evidence, forgotten this much per sequence's round recorded in it
 _DRAFT_POOL = "draft"  # the pool of keys without a context (a draft model): its acceptance over every run
 _REST_SHARE = 0.02  # a round's own work (all but the eval) above this share of c_target(1): plain stretches rest
 _REST_AFTER = 8  # chosen plain steps in a row before the first rest
 _REST_MAX = 8  # the longest rest, in rounds (rests double from 1 while the looks between them choose k = 0)
+_RETRY_FIRST = 2  # plain rounds after which a never-probed draft's own evidence is first forgotten (retry)
+_RETRY_MAX = 32  # the longest wait between retries, in plain rounds (waits double while retries fail)
 _CURVE_FORMAT = "spec-verify AutoCost curve 1"  # save's JSON, as load checks it
 
 
@@ -119,6 +125,13 @@ class AutoCost:
         ratio times this process's measured ``c_target(1)`` until it is
         measured here; ``c_target(1)`` itself is always measured first (3
         plain steps), as without a curve.
+    retry : bool, default True
+        A sequence whose draft is asked nothing in plain rounds (a draft
+        model: never probed) has its own acceptance evidence forgotten after
+        2 such rounds, then 4, 8, ... up to 32 while the tries fail, so the
+        next round is chosen from the draft's pool as a new sequence's is
+        (``record``; DESIGN.md, "k = auto": retrying a draft model).
+        ``False``: only the idle decay brings it back.
 
     Notes
     -----
@@ -135,7 +148,7 @@ class AutoCost:
     """
 
     def __init__(self, k_max: int = 8, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95,
-                 curve=None) -> None:
+                 curve=None, retry: bool = True) -> None:
         for name, value in (("k_max", k_max), ("window", window)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"AutoCost {name} must be an int >= 1, got {value!r}")
@@ -146,6 +159,9 @@ class AutoCost:
         self.window = window
         self.decay = decay
         self.idle_decay = idle_decay
+        if not isinstance(retry, bool):
+            raise TypeError(f"AutoCost retry must be a bool, got {type(retry).__name__}")
+        self.retry = retry
         # batch -> {positions: c(n) / c(1)} carried from an earlier process (curve=), until measured here
         self._carried: dict = _checked_curve(curve)
         # (batch size, positions) -> recent target eval seconds
@@ -160,6 +176,8 @@ class AutoCost:
         self._raw: dict = {}  # (batch, positions) -> that size's median, before the curve is made monotone
         # sequence -> decayed counts per position: accepted, judged (acceptance); extended, reached (reach)
         self._evidence: dict = {}
+        # sequence -> [plain rounds since its draft was last asked, the wait before its next retry] (record)
+        self._idle: dict = {}
         # context -> accepted, judged per position, pooled over the sequences keyed (b, context): the
         # prior of a sequence's first rounds in that context (alpha), kept across runs like the curve.
         self._context: dict = {}
@@ -179,6 +197,7 @@ class AutoCost:
         """Forget the sequences' acceptance and reach (new prompts); keep the cost curve. Resting starts
         afresh too: a new prompt may quote where the last one did not."""
         self._evidence = {}
+        self._idle = {}
         self._emit = {}
         self._plain_streak.clear()
         self._resting.clear()
@@ -312,6 +331,34 @@ class AutoCost:
             for i in range(min(n_asked, n_drafted + 1, self.k_max)):
                 reached[i] += 1.0
                 ext[i] += float(i < n_drafted)
+            if self.retry:
+                self._count_idle(seq, n_asked, n_accepted, acc, judged)
+
+    def _count_idle(self, seq, n_asked: int, n_accepted: int, acc: list, judged: list) -> None:
+        """Retrying a draft that is never probed (``retry``): forget ``seq``'s own acceptance evidence
+        after ``wait`` plain rounds in a row that asked its draft nothing; ``wait`` doubles (2, 4, ...,
+        ``_RETRY_MAX``) each time, and is back to 2 once a drafted round has a token accepted.
+
+        Why: a draft model is not probed (a probe is a draft eval), so after one rejected round -- a
+        draft accepted 7 times in 10 is rejected at its first token 3 rounds in 10 -- its estimate fell
+        to ~0.14 and came back only by the idle decay (~48 plain rounds), stretched further by resting:
+        the shipped pair on llama.cpp, open greedy, one rejected ``k = 2`` round then 63 plain rounds
+        where ``k = 8`` ran 1.38x plain (docs/performance.md, ninth session). Forgotten, the sequence
+        is priced from the draft's pool, as a new sequence is: a draft the pool says pays is tried
+        again in 2 rounds, one that keeps failing ever more rarely (at most log2 of the plain
+        rounds), and one the pool says does not pay is not tried at all.
+        """
+        idle = self._idle.setdefault(seq, [0, _RETRY_FIRST])
+        if n_asked:
+            idle[0] = 0
+            if n_accepted:
+                idle[1] = _RETRY_FIRST
+            return
+        idle[0] += 1
+        if idle[0] >= idle[1] and any(judged):
+            for i in range(self.k_max):
+                acc[i] = judged[i] = 0.0
+            idle[0], idle[1] = 0, min(2 * idle[1], _RETRY_MAX)
 
     # -- resting ---------------------------------------------------------------------
 
@@ -371,11 +418,22 @@ class AutoCost:
         A plain key ``b`` (a draft without contexts: a draft model) is shrunk towards the draft's own
         pool (``_DRAFT_POOL``: every sequence's evidence, kept across runs) at a quarter round's
         weight, as it was towards 0.5 before: a new prompt starts from the draft's measured
-        acceptance, and a sequence's evidence forgotten over plain steps (a draft model is not
-        probed) returns to it rather than to 0.5, under which a good draft model was never tried
-        again on a steep curve. A quarter round, not one: a draft model has one pool for all its
-        text, and a sequence's own recent outcomes must outweigh it within a round or two (at one
-        round's weight, 25 accepted rounds then a run of rejections kept ``k = 8`` for 18 rounds).
+        acceptance, and a sequence's evidence forgotten over plain steps (``retry``, the idle decay)
+        returns to it rather than to 0.5. A quarter round, not one: a draft model has one pool for
+        all its text, and a sequence's own recent outcomes must outweigh it within a round or two (at
+        one round's weight, 25 accepted rounds then a run of rejections kept ``k = 8`` for 18 rounds;
+        measured again with the pool below, 24).
+
+        The pool's positions share one rate: position ``i``'s prior is the pool's evidence there
+        shrunk towards the pool's rate over all positions (``_POSITION_WEIGHT`` rounds' weight),
+        not towards position ``i - 1``. Why: a draft model's acceptance at a position, given the one
+        before was accepted, is about the same at every position (the constant rate of speculative
+        sampling's analysis); positions 5-7 are judged only in rounds that got that far, so on their
+        own they are a few rounds' noise, and one rejection at position 5 priced ``k >= 6`` out for
+        tens of rounds. Replayed on the shipped pair's real text (``benchmarks.bench_auto_draft``:
+        four measured cells, 16 rows, 21 seeds), with ``retry``: the rows' geometric mean 0.91 ->
+        0.93 of the best fixed ``k``, the worst row 0.82 -> 0.87 (without ``retry`` and the shared
+        rate: 0.85 and 0.75).
         """
         evidence = self._evidence.get(seq)
         acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
@@ -383,7 +441,15 @@ class AutoCost:
         context = self._context.get(key)
         if context is None:
             return _shrunk(acc, judged, _PRIOR_ALPHA)
-        return _shrunk(acc, judged, _PRIOR_ALPHA, priors=_shrunk(context[0], context[1], _PRIOR_ALPHA),
+        if key == _DRAFT_POOL:
+            # A draft model's positions share one rate: each is shrunk towards the pool's rate over all
+            # positions, not towards the position before it (see the docstring).
+            hits, trials = sum(context[0]), sum(context[1])
+            rate = (hits + _PRIOR_ALPHA) / (trials + 1.0)
+            priors = [(h + _POSITION_WEIGHT * rate) / (t + _POSITION_WEIGHT) for h, t in zip(*context)]
+        else:
+            priors = _shrunk(context[0], context[1], _PRIOR_ALPHA)
+        return _shrunk(acc, judged, _PRIOR_ALPHA, priors=priors,
                        weight=_PRIOR_WEIGHT if key == _DRAFT_POOL else _CONTEXT_WEIGHT)
 
     def _pooled(self, seq):
