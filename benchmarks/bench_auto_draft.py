@@ -14,9 +14,10 @@ greedy's tokens, so a round at ``t`` with ``k`` drafted accepts the common
 prefix of the proposal's first ``k`` and output[t:]. The padded stand-in has
 the shipped target's logits, so the same text is priced by its curves too.
 
-A round is priced as the decoder pays it: the draft's ``k`` tokens at the
-cell's measured share of ``c(1)`` each (``DRAFTED``), and a target eval of
-``k + 1`` positions by the cell's curve (``bench_auto._eval_cost``'s noise).
+A round is priced as the decoder pays it: a draft call asked for ``k`` tokens
+at the cell's measured ``call + k * per_token`` (shares of ``c(1)``;
+``DRAFTED``), and a target eval of ``k + 1`` positions by the cell's curve
+(``bench_auto._eval_cost``'s noise).
 The real ``sv.AutoCost`` is driven as the decoder drives a draft model: one
 per curve for the whole run, ``choose`` without a proposal (its key is the
 plain sequence index, so the draft's pool is its prior), ``record`` with
@@ -46,13 +47,15 @@ from .bench_auto import _eval_cost
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRACES = ROOT / "out" / "draft_traces.json"
 K_MAX = 8
-# Each cell: c(n) / c(1) for n = 1 .. 9 and a draft token's cost over c(1), measured on an AMD EPYC
-# (Zen 2, 16 MiB L3), one thread, 2026-12-04 (docs/performance.md, ninth and tenth sessions).
+# Each cell: c(n) / c(1) for n = 1 .. 9, and a greedy draft call's fixed part and cost per token over
+# c(1) (the shipped draft through the engine's adapter, asked for 1, 2, 4, 8 tokens after a target eval,
+# fitted), measured on an AMD EPYC (Zen 2, 16 MiB L3), one thread, 2026-12-04 (docs/performance.md,
+# ninth and tenth sessions). The padded cells' draft costs what the shipped one does, over their c(1).
 DRAFTED = {
-    "llama.cpp shipped, Zen 2": ([1.00, 1.39, 1.29, 1.41, 1.57, 1.58, 1.79, 1.78, 1.84], 0.09),
-    "llama.cpp padded, Zen 2": ([1.00, 1.49, 1.31, 1.47, 1.80, 1.64, 2.24, 1.84, 1.96], 0.005),
-    "transformers shipped, Zen 2": ([1.00, 1.15, 1.30, 1.26, 1.00, 0.98, 1.04, 0.98, 1.05], 0.13),
-    "transformers padded, Zen 2": ([1.00, 2.10, 3.16, 2.19, 2.25, 2.06, 2.08, 2.00, 2.16], 0.02),
+    "llama.cpp shipped, Zen 2": ([1.00, 1.39, 1.29, 1.41, 1.57, 1.58, 1.79, 1.78, 1.84], 0.06, 0.06),
+    "llama.cpp padded, Zen 2": ([1.00, 1.49, 1.31, 1.47, 1.80, 1.64, 2.24, 1.84, 1.96], 0.005, 0.005),
+    "transformers shipped, Zen 2": ([1.00, 1.15, 1.30, 1.26, 1.00, 0.98, 1.04, 0.98, 1.05], 0.0, 0.23),
+    "transformers padded, Zen 2": ([1.00, 2.10, 3.16, 2.19, 2.25, 2.06, 2.08, 2.00, 2.16], 0.0, 0.022),
 }
 RUNS = {"bench": (2, 64), "all": (None, 128)}
 
@@ -102,14 +105,14 @@ def accepted_lengths(trace: dict) -> list:
 
 def replay(model, accepted: list, max_new: int, cell: tuple, rng: random.Random, k=None) -> tuple:
     """``(tokens, cost)`` of one prompt: fixed ``k``, or ``model`` (an ``AutoCost``) as the decoder drives a draft model."""
-    curve, c_draft = cell
+    curve, call, per_token = cell
     if model is not None:
         model.new_run()
     t = cost = 0
     while t < max_new:
         cap = min(K_MAX, max_new - t - 1)
         m = min(k, cap) if k is not None else (model.choose([0], [cap])[0] if cap else 0)
-        draft_s = m * c_draft * curve[0]
+        draft_s = (call + m * per_token) * curve[0] if m else 0.0
         seconds = _eval_cost(curve, m + 1, rng)
         hit = min(accepted[t], m)
         if model is not None:
@@ -151,7 +154,7 @@ def main(argv=None) -> int:
     traces = json.loads(args.traces.read_text()) if args.traces.exists() else record(sv, args.traces)
     print("k=auto with the shipped draft model, replayed on recorded greedy text (bench: 2 prompts x 64 tokens "
           f"per kind; all: every prompt x 128), medians of {args.seeds} seeds; x plain by the cell's costs\n")
-    print("| cell (curve, draft token / c(1)) | run | prompts | best fixed k | auto (/ best) | no retry (/ best) |")
+    print("| cell (curve; draft call, token / c(1)) | run | prompts | best fixed k | auto (/ best) | no retry (/ best) |")
     print("|---|---|---|---|---|---|")
     for name, cell in DRAFTED.items():
         for run_name, (n_prompts, max_new) in RUNS.items():
@@ -163,7 +166,7 @@ def main(argv=None) -> int:
                 best_k = max(range(1, K_MAX + 1), key=med.get)
                 best = med[best_k]
                 cells = " | ".join(f"{med[p]:.2f}x ({med[p] / best:.2f})" for p in ("auto", "no retry"))
-                print(f"| {name}, {cell[1]:g} | {run_name} | {kind} | {best:.2f}x (k={best_k}) | {cells} |")
+                print(f"| {name}; {cell[1]:g}, {cell[2]:g} | {run_name} | {kind} | {best:.2f}x (k={best_k}) | {cells} |")
     return 0
 
 

@@ -168,6 +168,32 @@ def test_a_draft_models_acceptance_is_pooled_across_runs(sv):
     assert _drive(forgetful, cost, lambda r, k: k, rounds=1)[0] < 8
 
 
+def test_a_draft_call_is_priced_as_a_fixed_part_plus_a_cost_per_token(sv):
+    """A draft model's call has a fixed part (the catch-up, the adapter's Python): priced per token as measured
+    at k = 1, k = 8 would cost 8 calls. Drafts measured at k = 1 and k = 4 (0.5 s a call + 0.05 s a token) are
+    fitted as such, and a round's predicted seconds use the fit."""
+    model = sv.AutoCost(k_max=8)
+    for _ in range(3):
+        model.record(1, 0, 0, (0.0, 1.0, 0.0), [])  # c(1) = 1 s
+        model.record(1, 1, 1, (0.55, 1.0, 0.0), [])  # k = 1: draft 0.55 s, c(2) = 1 s
+    assert model._draft_cost(1) == pytest.approx((0.0, 0.55))  # one k measured: per token, the dearer guess
+    for _ in range(2):
+        model.record(1, 4, 4, (0.70, 1.0, 0.0), [])  # k = 4: 0.5 + 4 * 0.05
+    call, per_token = model._draft_cost(1)
+    assert (call, per_token) == pytest.approx((0.5, 0.05))
+    # choose's prediction for a round of k: the draft's call + k tokens + c(k + 1); here k = 1 and 4 are the
+    # measured sizes (k = 4 at 5 positions priced by its own samples), each eval 1 s.
+    k, (tokens, seconds) = model.choose([0], [4])
+    assert seconds == pytest.approx(call + k * per_token + 1.0 if k else 1.0)
+    # Noise that makes fewer tokens dearer is a fixed cost (its mean); a negative fixed part, per token.
+    for points, expected in (([(1, 0.6, 1), (4, 0.4, 1)], (0.5, 0.0)), ([(1, 0.1, 1), (2, 0.5, 1)], (0.0, 1.1 / 5))):
+        noisy = sv.AutoCost(k_max=8)
+        for k_asked, seconds_, n in points:
+            for _ in range(n):
+                noisy.record(1, k_asked, k_asked, (seconds_, 1.0, 0.0), [])
+        assert noisy._draft_cost(1) == pytest.approx(expected)
+
+
 def test_a_draft_model_rejected_once_is_tried_again_soon(sv):
     """A draft model is never probed, so after a new sequence's first round is rejected its estimate
     (~0.2 at position 0: a quarter round of pool against one rejection) would come back only by the idle

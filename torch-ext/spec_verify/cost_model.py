@@ -8,7 +8,7 @@ same model costs ~1.7x. ``AutoCost`` measures that curve while decoding and,
 each round, picks the ``k`` in ``{0 .. k_max}`` that maximizes the predicted
 tokens per second (DESIGN.md, "k = auto"):
 
-    rate(k) = E[tokens | alpha_hat, rho_hat, k] / (k * c_draft + E[c_target(W + 1)] + c_other)
+    rate(k) = E[tokens | alpha_hat, rho_hat, k] / (c_draft(k) + E[c_target(W + 1)] + c_other)
 
 * ``E[tokens | alpha, rho, k] = 1 + sum_{j=1..k} prod_{i<j} rho_i alpha_i``
   is the package's own law (``law.expected_accepted``) over the estimated
@@ -30,8 +30,9 @@ tokens per second (DESIGN.md, "k = auto"):
   while it has fewer than 3 samples and is predicted within 0.8x of the
   best, is measured again (in at most 3 rounds: a lookup may propose less
   than asked), so one slow outlier cannot stall the climb;
-* ``c_draft`` is the median draft time per proposed token (~0 for prompt
-  lookup), ``c_other`` the median of the rest of a round (verify, commit);
+* ``c_draft(k)`` is a draft call's cost, ``call + k * per_token``, fitted to
+  the median draft time of each ``k`` asked (~0 for prompt lookup), ``c_other``
+  the median of the rest of a round (verify, commit);
 * ``alpha_hat_i`` is each sequence's own acceptance at position ``i``,
   exponentially forgotten (``decay`` per round): prompt-lookup matches come
   in bursts, so a global average would speculate in a stretch of prose
@@ -166,13 +167,15 @@ class AutoCost:
         self._carried: dict = _checked_curve(curve)
         # (batch size, positions) -> recent target eval seconds
         self._target: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
-        self._draft_per_token: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        # (batch size, tokens asked) -> recent draft seconds, and their median (the affine fit's points)
+        self._draft: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._draft_median: dict = {}
         self._other: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._look_ahead: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))  # s a look-ahead
         self._retries: dict = collections.defaultdict(int)  # (batch size, positions) -> rounds the re-measure rule chose it
         # Medians kept until a sample changes them: choose() runs every round, and statistics.median
         # over every measured size each round costs a tiny model's round ~1% (sort in Python, cold caches).
-        self._medians: dict = {}  # ("target", batch) -> {positions: s}; ("draft" | "other", batch) -> s
+        self._medians: dict = {}  # ("target", batch) -> {positions: s}; ("draft", batch) -> (a, b); ("other", batch) -> s
         self._raw: dict = {}  # (batch, positions) -> that size's median, before the curve is made monotone
         # sequence -> decayed counts per position: accepted, judged (acceptance); extended, reached (reach)
         self._evidence: dict = {}
@@ -294,7 +297,9 @@ class AutoCost:
             self._medians.pop(("target", batch), None)
             self._medians.pop(("costs", batch), None)
         if k_asked:
-            self._draft_per_token[batch].append(draft_s / k_asked)
+            drafts = self._draft[(batch, k_asked)]
+            drafts.append(draft_s)
+            self._draft_median[(batch, k_asked)] = statistics.median(drafts)
             self._medians.pop(("draft", batch), None)
             if looked_ahead:
                 self._look_ahead[batch].append(draft_s)
@@ -548,6 +553,23 @@ class AutoCost:
                                                            [costs[n][1] for n in sizes])))
         return self._medians[key]
 
+    def _draft_cost(self, batch: int) -> tuple:
+        """``(call, per_token)``: a draft asked for ``k >= 1`` tokens costs ``call + k * per_token`` seconds.
+
+        Fitted to each asked ``k``'s median by least squares weighted by its samples
+        (``_affine``). Why not a cost per token: a draft model's call has a fixed part (the
+        catch-up of last round's tokens, the first eval after the target's, the adapter's Python),
+        so a token's cost measured at ``k = 1`` was twice its cost at ``k = 8`` (the shipped draft
+        on llama.cpp, greedy: 0.71 against 0.36 ms a token), and ``k = 8`` was priced 2.8 ms, 0.7 of
+        a target step, dearer than it is. With one ``k`` measured the fit cannot split the two:
+        the cost is taken per token, as before (the dearer guess, until a second ``k`` is tried).
+        """
+        key = ("draft", batch)
+        if key not in self._medians:
+            self._medians[key] = _affine([(k, m, len(self._draft[(b, k)]))
+                                          for (b, k), m in self._draft_median.items() if b == batch])
+        return self._medians[key]
+
     def _median(self, name: str, batch: int, samples: dict) -> float:
         """The median of ``samples[batch]`` (non-empty), kept until ``record`` adds to it."""
         key = (name, batch)
@@ -593,7 +615,7 @@ class AutoCost:
             # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
             # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
             return 0, None
-        c_draft = self._median("draft", batch, self._draft_per_token) if self._draft_per_token.get(batch) else 0.0
+        call, per_token = self._draft_cost(batch)
         c_other = self._median("other", batch, self._other) if self._other.get(batch) else 0.0
         tokens, reaches = self.expected_tokens(seqs, caps)
         costs = self._expected_target_costs(batch, reaches, self._measured(batch))
@@ -602,7 +624,7 @@ class AutoCost:
             cost = costs[k]
             if cost is None:
                 continue
-            seconds = max(k * c_draft + cost + c_other, 1e-12)
+            seconds = max((call + k * per_token if k else 0.0) + cost + c_other, 1e-12)
             candidates.append((tokens[k] / seconds, -k, tokens[k], seconds))
         best = max(candidates)
         # One step up from the best, measured once or twice, may hold an outlier that stalls the climb:
@@ -749,6 +771,28 @@ def _pool_counts(entry):
 def _context_of(seq):
     """The context of an evidence key ``(b, context)``; ``_DRAFT_POOL`` for a plain sequence key."""
     return seq[1] if isinstance(seq, tuple) and len(seq) == 2 else _DRAFT_POOL
+
+
+def _affine(points: list) -> tuple:
+    """``(a, b)`` with ``a, b >= 0`` fitting ``m ~ a + b k`` over ``points`` ``(k, m, weight)`` by weighted least
+    squares; one distinct ``k``: ``(0, m / k)``; none: ``(0, 0)``."""
+    if not points:
+        return 0.0, 0.0
+    if len({k for k, _, _ in points}) == 1:
+        k, m, _ = points[0]
+        return 0.0, m / k
+    w = sum(p[2] for p in points)
+    sk = sum(wt * k for k, _, wt in points)
+    sm = sum(wt * m for _, m, wt in points)
+    skk = sum(wt * k * k for k, _, wt in points)
+    skm = sum(wt * k * m for k, m, wt in points)
+    b = (w * skm - sk * sm) / (w * skk - sk * sk)
+    a = (sm - b * sk) / w
+    if b < 0:  # dearer for fewer tokens: noise; a call costs its mean
+        return sm / w, 0.0
+    if a < 0:  # a negative fixed part: noise; a cost per token through the origin
+        return 0.0, skm / skk
+    return a, b
 
 
 def _monotone(values: list, weights: list) -> list:
