@@ -129,9 +129,9 @@ class AutoCost:
         plain steps), as without a curve.
     retry : bool, default True
         A sequence whose draft is asked nothing in plain rounds (a draft
-        model: never probed) has its own acceptance evidence forgotten after
-        2 such rounds, then 4, 8, ... up to 32 while the tries fail, so the
-        next round is chosen from the draft's pool as a new sequence's is
+        model: never probed) has its own evidence forgotten after 2 such
+        rounds, then 4, 8, ... up to 32 while the tries fail, so the next
+        round is chosen from the draft's pool as a new sequence's is
         (``record``; DESIGN.md, "k = auto": retrying a draft model).
         ``False``: only the idle decay brings it back.
 
@@ -440,6 +440,13 @@ class AutoCost:
         four measured cells, 16 rows, 21 seeds), with ``retry``: the rows' geometric mean 0.91 ->
         0.93 of the best fixed ``k``, the worst row 0.81 -> 0.86 (the ninth session's estimator,
         without ``retry``, the shared rate or the affine draft cost: 0.84 and 0.67).
+
+        A sequence priced from the draft's pool alone (new, or just retried: no evidence of its own)
+        takes the pool's rate ``_POOL_OPTIMISM`` standard errors high: the pool learns only from rounds
+        that draft, so one that said "does not pay" after a prompt's hard start was never asked again
+        (the shipped draft at T = 0.8: judged 0.45 where it accepts ~0.7; transformers' padded stand-in
+        left at ``k = 0`` for a whole run where ``k = 8`` ran 1.61x plain). A thin pool is explored; a
+        thick one barely moves (DESIGN.md, "k = auto").
         """
         evidence = self._evidence.get(seq)
         acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
