@@ -237,6 +237,26 @@ def test_a_draft_model_rejected_once_is_tried_again_soon(sv):
     assert run(model)[1:21] == [0] * 20
 
 
+def test_a_retry_that_is_accepted_sets_the_wait_back_to_two(sv):
+    """After failed retries the wait has doubled (2, then 4); a retry with a token accepted sets it back to
+    2, so the next rejection is tried again after 2 plain rounds, not 8."""
+    cost = lambda n: 1.0 + 0.8 * (n - 1)  # noqa: E731
+    model = _auto(sv)
+    _drive(model, cost, lambda r, k: k, rounds=30)  # a good pool
+    model.new_run()
+    outcomes = iter([0, 0, 8, 0])  # drafted rounds: rejected twice (waits 2, 4), accepted, rejected; then all kept
+    chosen = []
+    for _ in range(30):
+        k, _ = model.choose([0], [8])
+        chosen.append(k)
+        kept = min(k, next(outcomes, 8)) if k else 0
+        model.record(1, k, k, (0.0, cost(k + 1), 0.0), [(0, k, k, kept)])
+    print(f"\nretry reset: k per round {chosen}")
+    drafted = [i for i, k in enumerate(chosen) if k]
+    gaps = [b - a - 1 for a, b in zip(drafted, drafted[1:])]
+    assert gaps[:4] == [2, 4, 0, 2]  # the last: back to 2 after the accepted retry (8 without the reset)
+
+
 def test_a_draft_model_that_keeps_failing_is_retried_ever_more_rarely(sv):
     """Waits between retries double while they fail (2, 4, 8, ...; at most 32 plain rounds), so a draft
     that turned bad costs at most a try per doubling; and one whose pool says it does not pay is never retried."""
