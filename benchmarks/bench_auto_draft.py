@@ -5,7 +5,7 @@
 
 ``bench_auto_replay`` replays a prompt lookup; this replays the shipped draft
 *model*, which ``k="auto"`` never looks ahead with (a draft token costs
-5-15% of a target step, not ~0) and so never probes: a plain step learns
+5-25% of a target step, not ~0) and so never probes: a plain step learns
 nothing about it. Recorded once into ``out/draft_traces.json`` (llama.cpp,
 one thread, the bench's pair prompts, 160 tokens): the target's plain greedy
 output and, at every position ``t``, the draft's greedy ``K_MAX``-token
@@ -22,13 +22,14 @@ The real ``sv.AutoCost`` is driven as the decoder drives a draft model: one
 per curve for the whole run, ``choose`` without a proposal (its key is the
 plain sequence index, so the draft's pool is its prior), ``record`` with
 what was drafted (nothing, in a plain step). Policies: ``auto`` as shipped;
-``no retry`` (``AutoCost(retry=False)``: a never-probed draft returns only by
-the idle decay, as before the tenth session); fixed ``k = 1 .. 8``.
+``no retry`` (``AutoCost(retry=False)``: a sequence's evidence returns to the
+pool only by the idle decay; the tenth session's other changes kept); fixed
+``k = 1 .. 8``.
 
 Runs: ``bench`` is ``bench_spec``'s cell (2 prompts of each kind, 64 new
 tokens); ``all`` is every prompt, 128 tokens. Figures: tokens per unit of
 cost over plain's, medians over seeds. Not modelled: the decoder's Python,
-sampled mode, a draft's first token dearer after a target eval.
+sampled mode (its draws change with ``k``).
 """
 
 from __future__ import annotations
