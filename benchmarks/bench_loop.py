@@ -8,8 +8,13 @@ the loop's Python per round is a few percent of decoding, and it is paid after
 the target's eval has evicted the caches, where each torch call costs tens of
 microseconds (measured here: ~25 us for the first ``x[0]`` after the eval,
 against ~1 us warm). The stand-in target therefore sums ``--eval-mb`` of
-float32 (one pass, like an eval's weight read) and returns fixed rows, so a
-round's time is that sum plus the loop's own work.
+float32 (one pass, like an eval's weight read) and returns rows from a pool
+of random ones, picked by the prefix's length (so greedy writes no repeats a
+lookup would find: with one fixed row every greedy token was the same, the
+lookup matched from the third token on, and ``k="auto"``'s "per round" was a
+round of up to 9 tokens -- its greedy figures before 2026-12-04's tenth
+session counted those), so a round's time is that sum plus the loop's own
+work.
 
 Rows, each the median of ``--repeats`` runs of ``--tokens`` tokens, interleaved:
 
@@ -18,8 +23,9 @@ Rows, each the median of ``--repeats`` runs of ``--tokens`` tokens, interleaved:
 * ``k=0``: ``SpeculativeDecoder`` with a prompt lookup at ``k = 0`` (plain
   decoding through the loop: draft nothing, verify one row, commit);
 * ``k=auto``: the same with ``k="auto"`` (the cost model's choice every round,
-  the lookup looked ahead, a plain step's probe), on a random prompt: the lookup
-  rarely matches, so nearly every round is a plain step.
+  the lookup looked ahead, a plain step's probe, resting), on a random prompt:
+  the lookup rarely matches, so nearly every round is a plain step (the
+  table says how many tokens a round emitted).
 
 The figures are microseconds per round over ``plain``; no model, so no
 machine figure applies beyond the CPU named in the header.
@@ -28,6 +34,7 @@ machine figure applies beyond the CPU named in the header.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import statistics
 import time
@@ -47,22 +54,25 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     sv = load_kernel()
     weights = torch.randn(int(args.eval_mb * 2**20 / 4))
-    rows = torch.randn(9, args.vocab)
+    pool = torch.randn(256, args.vocab, generator=torch.Generator().manual_seed(2))
 
     def target(prefix, proposed):
         weights.sum()  # the eval's pass over its weights: evicts the caches as an engine's does
-        return rows[: len(proposed) + 1]
+        start = len(prefix) % (len(pool) - 9)  # a row per position: greedy output does not repeat
+        return pool[start: start + len(proposed) + 1]
 
     prompt = torch.randint(0, args.vocab, (150,), generator=torch.Generator().manual_seed(1))
 
     def plain(temperature):
         g = torch.Generator().manual_seed(0)
         start = time.perf_counter()
-        for _ in range(args.tokens):
-            row = target(None, ())[0]
+        for i in range(args.tokens):
+            row = target(range(len(prompt) + i), ())[0]
             int(torch.argmax(row)) if temperature == 0 else int(sv.sample_draft(row, temperature=temperature,
                                                                                   generator=g))
         return (time.perf_counter() - start) / args.tokens
+
+    per_round = collections.defaultdict(list)  # k -> tokens a round, per run
 
     def ours(temperature, k):
         kw = dict(greedy=temperature == 0, generator=torch.Generator().manual_seed(0))
@@ -71,6 +81,7 @@ def main(argv=None) -> int:
         dec = sv.SpeculativeDecoder(sv.PromptLookupDraft(), target, k=k, **kw)
         start = time.perf_counter()
         dec.generate(prompt, args.tokens)
+        per_round[k].append(dec.stats.new_tokens / dec.stats.rounds)
         return (time.perf_counter() - start) / dec.stats.rounds
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
@@ -78,9 +89,10 @@ def main(argv=None) -> int:
     print(f"decode loop per round over a bare plain loop; {cpu}, 1 thread, V = {args.vocab}, "
           f"stand-in eval: one sum over {args.eval_mb:g} MB; medians of {args.repeats}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print("| mode | plain us/round | k=0: over plain | k=auto: over plain |")
-    print("|---|---|---|---|")
+    print("| mode | plain us/round | k=0: over plain | k=auto: over plain | k=auto: tokens a round |")
+    print("|---|---|---|---|---|")
     for temperature in (0.0, 0.8):
+        per_round.clear()
         times = {"plain": [], "k0": [], "auto": []}
         for _ in range(args.repeats):  # interleaved: the machine's drift hits every row alike
             times["plain"].append(plain(temperature))
@@ -89,7 +101,7 @@ def main(argv=None) -> int:
         med = {name: statistics.median(v) * 1e6 for name, v in times.items()}
         mode = "greedy" if temperature == 0 else f"T = {temperature}"
         print(f"| {mode} | {med['plain']:.0f} | {med['k0'] - med['plain']:+.0f} us | "
-              f"{med['auto'] - med['plain']:+.0f} us |")
+              f"{med['auto'] - med['plain']:+.0f} us | {statistics.median(per_round['auto']):.2f} |")
     return 0
 
 
