@@ -20,8 +20,9 @@ Rows per cell, all on the same files, prompts, token ids and one thread:
   cell's eval-cost curve, measured before the cell (``AutoCost(curve=...)``,
   as a curve saved by an earlier process on this engine would be): no
   sizes explored from cold;
-* ``draft k=K`` / ``draft k=auto``: the shipped draft model, where its
-  vocabulary matches (the shipped pair and the padded target);
+* ``draft k=K`` / ``draft k=auto`` / ``draft k=auto carried`` (the same
+  carried curve): the shipped draft model, where its vocabulary matches (the
+  shipped pair and the padded target);
 * peers: the engine's own plain loop (``Llama.generate``; ``generate()``) and
   its own prompt lookup (llama-cpp-python's ``LlamaPromptLookupDecoding``;
   transformers' ``prompt_lookup_num_tokens``) at N = ``--peer-n``.
@@ -123,6 +124,8 @@ def _row_specs(engine, ks, has_draft: bool, peer_n, kinds=ROW_KINDS) -> list:
     if has_draft:
         rows += [(f"draft k={k}", "draft", k) for k in ks]
         rows.append(("draft k=auto", "draft", "auto"))
+        if getattr(engine, "carried_curve", None) and hasattr(engine.sv.AutoCost, "load"):
+            rows.append(("draft k=auto carried", "draft", "carried"))
     rows.append(("peers", "peers", None))
     rows = [r for r in rows if r[1] in kinds or r[0] in ("plain loop", "lookup k=0")]
     return rows if auto else [r for r in rows if r[1] != "lookup"]
@@ -416,7 +419,7 @@ def run(args) -> dict:
                 continue
             engine = _open(engine_name, key, spec, sv, args.threads, llama_cache)
             costs = engine.eval_costs(COST_SIZES)
-            engine.carried_curve = dict(costs["target"])  # the "lookup k=auto carried" row's curve
+            engine.carried_curve = dict(costs["target"])  # the "k=auto carried" rows' curve
             result["costs"][f"{engine_name}/{key}"] = costs
             print_costs(engine.name, spec.name, costs)
             for kind in args.prompts:
@@ -454,8 +457,8 @@ def print_summary(cells: list) -> None:
     print("\n## Summary (tok/s by CPU time; x = over the plain loop, same cell; pred = from the cost curve)")
     print("| engine | model | prompts | mode | plain tok/s | lookup best fixed | lookup auto (k mean, pred) "
           "| auto / best fixed | auto / fastest plain | auto carried (/ best fixed) | peer lookup best | draft best fixed "
-          "| draft auto | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| draft auto | draft auto carried | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for cell in cells:
         rows = {r["row"]: r for r in cell["rows"]}
 
@@ -493,7 +496,7 @@ def print_summary(cells: list) -> None:
         load = cell["title"].split("load ")[-1].split()[0]
         print(f"| {cell['engine']} | {cell['model']} | {cell['kind']} | {cell['mode']} | {rows['plain loop']['tok_s']:.1f} "
               f"| {best('lookup k=')} | {auto('lookup k=auto')} | {vs_best} | {vs_plain} | {carried_s} | {peer_s} | {best('draft k=')} | "
-              f"{auto('draft k=auto')} | {load} |")
+              f"{auto('draft k=auto')} | {auto('draft k=auto carried')} | {load} |")
 
 
 def report(paths) -> None:
