@@ -83,8 +83,9 @@ def test_acceptance_is_recent_and_per_sequence(sv):
     assert min(other.alpha(1)) > 0.9
     _drive(other, cost, lambda r, k: 0, rounds=1, seq=1, caps=8)  # sequence 1's first round: rejected at once
     assert other.alpha(1)[0] < 0.6 < 0.9 < min(other.alpha(0))
-    # Without that pool (a fresh cost model), a sequence with no evidence is at the prior 0.5.
-    assert _auto(sv).alpha(1) == [0.5] * 8
+    # Without that pool (a fresh cost model), a sequence with no evidence is priced from an empty pool,
+    # optimistically: 0.5 + 1.5 standard errors of one prior observation, capped at 1.5 / 2.
+    assert _auto(sv).alpha(1) == [0.75] * 8
 
 
 def test_one_outlier_does_not_move_a_measured_cost(sv):
@@ -188,6 +189,25 @@ def test_a_pool_judged_on_a_few_bad_rounds_is_explored_again(sv, monkeypatch):
     assert chosen[-20:] == [8] * 20 and chosen[20:40].count(8) >= 10
     monkeypatch.setattr(sys.modules[sv.AutoCost.__module__], "_POOL_OPTIMISM", 0.0)
     assert sum(k > 0 for k in run(_auto(sv))[6:]) == 0
+
+
+def test_a_carried_curve_does_not_keep_a_draft_model_from_ever_being_tried(sv, monkeypatch):
+    """A cold model explores sizes priced optimistically (n = 2 at c(1)), which tries a draft model once;
+    with a carried curve every size is priced, and at the prior 0.5 no k pays on this curve (k = 1: 1.5
+    tokens for 1.55 c(1), and less for more), so a draft model, never probed, was never tried. A draft
+    with no pool yet is priced from an empty pool, optimistically (0.75: k = 1 pays): a perfect draft is
+    found at once."""
+    curve = {1: {n: 1.0 + 0.55 * (n - 1) for n in range(1, 10)}}
+    cost = lambda n: curve[1][n]  # noqa: E731
+
+    def run():
+        return _drive(sv.AutoCost(k_max=8, curve=curve), cost, lambda r, k: k, rounds=20)  # every token kept
+
+    chosen = run()
+    print(f"\ncarried curve, draft model: k per round {chosen}")
+    assert chosen[:3] == [0, 0, 0] and chosen[3] > 0 and chosen[-10:] == [8] * 10
+    monkeypatch.setattr(sys.modules[sv.AutoCost.__module__], "_POOL_OPTIMISM", 0.0)
+    assert run() == [0] * 20  # the control: at the prior 0.5, never tried
 
 
 def test_a_draft_call_is_priced_as_a_fixed_part_plus_a_cost_per_token(sv):
@@ -871,7 +891,8 @@ def test_a_context_pools_its_evidence_as_the_prior_of_new_sequences(sv):
     model.new_run()  # new prompts: their own evidence is gone, the contexts' pools are kept
     fresh_1, fresh_3, fresh_2 = model.alpha((9, 1)), model.alpha((9, 3)), model.alpha((9, 2))
     assert fresh_1[0] < 0.1 and fresh_3[0] > 0.9  # the pooled acceptance of each context
-    assert fresh_2 == model.alpha(9) == [0.5] * 4  # a context never seen, and a plain key: the prior
+    assert fresh_2 == [0.5] * 4  # a context never seen: the prior
+    assert model.alpha(9) == [0.75] * 4  # a plain key (a draft model) with no pool yet: the empty pool, optimistic
     # The pool weighs one round's evidence: one accepted 1-gram round moves the estimate about half
     # way (not to ~0.8, as at a quarter round: one outcome would undo the pool), a run of them most of it.
     model.record(1, 1, 1, (0.0, 0.01, 0.0), [((9, 1), 1, 1, 1)])

@@ -446,12 +446,15 @@ class AutoCost:
         that draft, so one that said "does not pay" after a prompt's hard start was never asked again
         (the shipped draft at T = 0.8: judged 0.45 where it accepts ~0.7; transformers' padded stand-in
         left at ``k = 0`` for a whole run where ``k = 8`` ran 1.61x plain). A thin pool is explored; a
-        thick one barely moves (DESIGN.md, "k = auto").
+        thick one barely moves; no pool yet is an empty one (0.75: with a carried curve no size is left
+        to explore, and at 0.5 a draft model was never tried at all; DESIGN.md, "k = auto").
         """
         evidence = self._evidence.get(seq)
         acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
         key = _context_of(seq)
         context = self._context.get(key)
+        if context is None and key == _DRAFT_POOL:
+            context = [[0.0] * self.k_max, [0.0] * self.k_max]  # no pool yet: an empty one, priced optimistically
         if context is None:
             return _shrunk(acc, judged, _PRIOR_ALPHA)
         if key == _DRAFT_POOL:
@@ -461,7 +464,7 @@ class AutoCost:
             rate = (hits + _PRIOR_ALPHA) / (trials + 1.0)
             if evidence is None or not any(evidence[3]):  # priced from the pool alone (new, or retried): optimistic
                 bonus = _POOL_OPTIMISM * math.sqrt(rate * (1.0 - rate) / (trials + 1.0))
-                rate = max(rate, min(rate + bonus, (trials + 1.0) / (trials + 2.0)))  # never all-accepting
+                rate = max(rate, min(rate + bonus, (trials + 1.5) / (trials + 2.0)))  # never all-accepting
             priors = [(h + _POSITION_WEIGHT * rate) / (t + _POSITION_WEIGHT) for h, t in zip(*context)]
         else:
             priors = _shrunk(context[0], context[1], _PRIOR_ALPHA)
