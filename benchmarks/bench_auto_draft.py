@@ -123,7 +123,7 @@ def replay(model, accepted: list, max_new: int, cell: tuple, rng: random.Random,
     return t, cost
 
 
-def run_cell(sv, texts: dict, cell: tuple, max_new: int, seed: int, **auto_kwargs) -> dict:
+def run_cell(sv, texts: dict, cell: tuple, max_new: int, seed: int) -> dict:
     """``{(kind, policy): x plain}`` for one seed: one AutoCost over the grounded then the open prompts."""
     rng = random.Random(seed)
     autos = {"auto": sv.AutoCost(k_max=K_MAX), "no retry": sv.AutoCost(k_max=K_MAX, retry=False)}

@@ -119,12 +119,13 @@ def _row_specs(engine, ks, has_draft: bool, peer_n, kinds=ROW_KINDS) -> list:
     rows = [("plain loop", "plain", None), ("lookup k=0", "lookup", 0)]
     rows += [(f"lookup k={k}", "lookup", k) for k in ks]
     rows.append(("lookup k=auto", "lookup", "auto"))
-    if getattr(engine, "carried_curve", None) and hasattr(engine.sv.AutoCost, "load"):
+    carried = getattr(engine, "carried_curve", None) and hasattr(engine.sv.AutoCost, "load")
+    if carried:
         rows.append(("lookup k=auto carried", "lookup", "carried"))
     if has_draft:
         rows += [(f"draft k={k}", "draft", k) for k in ks]
         rows.append(("draft k=auto", "draft", "auto"))
-        if getattr(engine, "carried_curve", None) and hasattr(engine.sv.AutoCost, "load"):
+        if carried:
             rows.append(("draft k=auto carried", "draft", "carried"))
     rows.append(("peers", "peers", None))
     rows = [r for r in rows if r[1] in kinds or r[0] in ("plain loop", "lookup k=0")]

@@ -354,12 +354,14 @@ class AutoCost:
         again in 2 rounds, one that keeps failing ever more rarely (at most log2 of the plain
         rounds), and one the pool says does not pay is not tried at all.
         """
-        idle = self._idle.setdefault(seq, [0, _RETRY_FIRST])
         if n_asked:
-            idle[0] = 0
-            if n_accepted:
-                idle[1] = _RETRY_FIRST
+            idle = self._idle.get(seq)  # none: never idle (a lookup, asked every round), nothing to reset
+            if idle is not None:
+                idle[0] = 0
+                if n_accepted:
+                    idle[1] = _RETRY_FIRST
             return
+        idle = self._idle.setdefault(seq, [0, _RETRY_FIRST])
         idle[0] += 1
         if idle[0] >= idle[1] and any(evidence[1]):
             for counts in evidence:
@@ -428,9 +430,27 @@ class AutoCost:
         returns to it rather than to 0.5. A quarter round, not one: a draft model has one pool for
         all its text, and a sequence's own recent outcomes must outweigh it within a round or two (at
         one round's weight, 25 accepted rounds then a run of rejections kept ``k = 8`` for 18 rounds;
-        measured again with the pool below, 24).
+        measured again with the pool's positions sharing a rate, 24). Its prior per position, and
+        why its positions share a rate and a thin pool is read optimistically: ``_draft_priors``.
+        """
+        evidence = self._evidence.get(seq)
+        acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
+        key = _context_of(seq)
+        if key == _DRAFT_POOL:
+            fresh = evidence is None or not any(evidence[3])  # nothing of its own: new, or just retried
+            return _shrunk(acc, judged, _PRIOR_ALPHA, priors=self._draft_priors(fresh), weight=_PRIOR_WEIGHT)
+        context = self._context.get(key)
+        if context is None:
+            return _shrunk(acc, judged, _PRIOR_ALPHA)
+        return _shrunk(acc, judged, _PRIOR_ALPHA, priors=_shrunk(context[0], context[1], _PRIOR_ALPHA),
+                       weight=_CONTEXT_WEIGHT)
 
-        The pool's positions share one rate: position ``i``'s prior is the pool's evidence there
+    def _draft_priors(self, fresh: bool) -> list:
+        """A draft model's prior per position, from its pool (``_DRAFT_POOL``; none yet: an empty one).
+
+        ``fresh``: the sequence has no evidence of its own (new, or just retried; see below).
+
+        The positions share one rate: position ``i``'s prior is the pool's evidence there
         shrunk towards the pool's rate over all positions (``_POSITION_WEIGHT`` rounds' weight),
         not towards position ``i - 1``. Why: a draft model's acceptance at a position, given the one
         before was accepted, is about the same at every position (the constant rate of speculative
@@ -449,27 +469,13 @@ class AutoCost:
         thick one barely moves; no pool yet is an empty one (0.75: with a carried curve no size is left
         to explore, and at 0.5 a draft model was never tried at all; DESIGN.md, "k = auto").
         """
-        evidence = self._evidence.get(seq)
-        acc, judged = (evidence[0], evidence[1]) if evidence is not None else ([0.0] * self.k_max,) * 2
-        key = _context_of(seq)
-        context = self._context.get(key)
-        if context is None and key == _DRAFT_POOL:
-            context = [[0.0] * self.k_max, [0.0] * self.k_max]  # no pool yet: an empty one, priced optimistically
-        if context is None:
-            return _shrunk(acc, judged, _PRIOR_ALPHA)
-        if key == _DRAFT_POOL:
-            # A draft model's positions share one rate: each is shrunk towards the pool's rate over all
-            # positions, not towards the position before it (see the docstring).
-            hits, trials = sum(context[0]), sum(context[1])
-            rate = (hits + _PRIOR_ALPHA) / (trials + 1.0)
-            if evidence is None or not any(evidence[3]):  # priced from the pool alone (new, or retried): optimistic
-                bonus = _POOL_OPTIMISM * math.sqrt(rate * (1.0 - rate) / (trials + 1.0))
-                rate = max(rate, min(rate + bonus, (trials + 1.5) / (trials + 2.0)))  # never all-accepting
-            priors = [(h + _POSITION_WEIGHT * rate) / (t + _POSITION_WEIGHT) for h, t in zip(*context)]
-        else:
-            priors = _shrunk(context[0], context[1], _PRIOR_ALPHA)
-        return _shrunk(acc, judged, _PRIOR_ALPHA, priors=priors,
-                       weight=_PRIOR_WEIGHT if key == _DRAFT_POOL else _CONTEXT_WEIGHT)
+        hits, trials = self._context.get(_DRAFT_POOL, ([0.0] * self.k_max,) * 2)
+        total_hits, total_trials = sum(hits), sum(trials)
+        rate = (total_hits + _PRIOR_ALPHA) / (total_trials + 1.0)
+        if fresh:
+            bonus = _POOL_OPTIMISM * math.sqrt(rate * (1.0 - rate) / (total_trials + 1.0))
+            rate = max(rate, min(rate + bonus, (total_trials + 1.5) / (total_trials + 2.0)))  # never all-accepting
+        return [(h + _POSITION_WEIGHT * rate) / (t + _POSITION_WEIGHT) for h, t in zip(hits, trials)]
 
     def _pooled(self, seq):
         """The pooled ``[accepted, judged]`` of ``seq``'s context (``_DRAFT_POOL`` for a plain key), decayed
