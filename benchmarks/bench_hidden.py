@@ -19,6 +19,15 @@ Gemma 3 270M's tied head); with --gguf, a real file's head instead. It runs
 twice: in GGUF's block order (``q8_0``, read in place) and repacked by 16 ids
 (``q8_0_r16``, ``LMHead.repacked``: DESIGN.md, Note [Q8_0 repacked by 16]),
 the same logits bit for bit.
+
+``--curve`` prints instead the float32 head's cost curve, n = 1 .. 9 rows:
+torch's ``h @ W.T`` (what transformers' forward of a float32 model runs)
+against ``verify_hidden`` greedy (every draft token accepted), each over
+torch's one row. Why: on an AMD EPYC (Zen 2) torch 2.13's float32 GEMM of 2
+or 3 rows costs ~2 and ~3 times one row (a 262,144 x 640 head: 54, 105, 155 ms;
+4 rows 118 ms), so transformers' own verification of k = 1 or 2 tokens costs
+nearly what k plain steps do, while ``verify_hidden`` reads the head once for
+up to 4 rows (docs/performance.md, eleventh session).
 """
 
 from __future__ import annotations
@@ -72,6 +81,36 @@ def interleaved_medians(fns: dict, repeats: int) -> dict:
     return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
+def head_curve(sv, args) -> int:
+    """``--curve``: a float32 head's cost for n = 1 .. 9 rows, torch's ``h @ W.T`` and ``verify_hidden``."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(args.vocab, args.dim, generator=gen) * 0.05
+    head = sv.LMHead(w)
+    fns = {}
+    for n in range(1, 10):
+        hidden = torch.randn(n, args.dim, generator=gen)
+        tokens = sv.ops.hidden_logits(hidden, head.weight, head.bias, head.format_code, head.dim)[: n - 1].argmax(-1)
+        assert sv.verify_hidden(hidden, head, tokens, temperature=0.0)[0] == n - 1  # every draft token accepted
+        fns[("torch", n)] = lambda h=hidden: h @ w.T
+        fns[("ours", n)] = lambda h=hidden, t=tokens: sv.verify_hidden(h, head, t, temperature=0.0)
+    load_before = os.getloadavg()
+    ms = interleaved_medians(fns, args.repeats)
+    base = ms[("torch", 1)]
+    print(f"a float32 head, V = {args.vocab}, d = {args.dim} ({w.numel() * 4 / 1e6:.0f} MB); {cpu_name()}, "
+          f"{args.threads} thread(s), head ISA {sv.build_info()['head_isa']}, load average {load_before[0]:.1f} "
+          f"before / {os.getloadavg()[0]:.1f} after; medians of {args.repeats}, interleaved")
+    print("| rows | torch h @ W.T, ms | / torch 1 row | verify_hidden greedy, ms | / torch 1 row |")
+    print("|---|---|---|---|---|")
+    for n in range(1, 10):
+        print(f"| {n} | {ms[('torch', n)]:.1f} | {ms[('torch', n)] / base:.2f} | {ms[('ours', n)]:.1f} "
+              f"| {ms[('ours', n)] / base:.2f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"vocab": args.vocab, "dim": args.dim, "ms": {f"{a} {n}": t for (a, n), t in ms.items()}}, f,
+                      indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=262144)
@@ -81,10 +120,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--gguf", default=None, help="a GGUF file whose head to use as the Q8_0 head")
     parser.add_argument("--json", default=None, help="write the medians here")
+    parser.add_argument("--curve", action="store_true", help="the float32 head's cost for 1 .. 9 rows: torch's and ours")
     args = parser.parse_args(argv)
     sv = load_kernel()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
+    if args.curve:
+        return head_curve(sv, args)
     gen = torch.Generator().manual_seed(0)
     v, d, k = args.vocab, args.dim, args.rows - 1
     w = (torch.randn(v, d, generator=gen) * 0.05).to(torch.bfloat16)
