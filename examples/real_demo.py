@@ -6,9 +6,12 @@ input-grounded prompt of ``examples/prompts.py`` greedily, twice: by plain
 decoding (one cached forward per token) and by speculative decoding with
 ``PromptLookupDraft`` as the draft (no draft model: the proposals are copied
 from the prompt and the output) and ``k="auto"`` (each round drafts only as
-far as the measured costs say pays, a plain step when lookup finds nothing).
-It prints the text, whether both are identical, and tokens/s both ways.
-No llama.cpp build is needed.
+far as the measured costs say pays, a plain step when lookup finds nothing);
+then once more with the LM head inside the op (``HFCausalLMStep(hidden=True)``:
+``verify_hidden`` reads the head's weights once for the round's rows, where
+torch's float32 GEMM of 2 or 3 rows costs about 2 or 3 single rows on some
+CPUs). It prints the text, whether each run is identical to plain greedy, and
+tokens/s each way. No llama.cpp build is needed.
 
     python -m examples.real_demo [--model smollm2-135m] [--prompt NAME] [--max-new N]
 """
@@ -41,9 +44,10 @@ def plain_greedy(model, prompt_ids: torch.Tensor, max_new: int) -> torch.Tensor:
     return torch.tensor(tokens, dtype=torch.int64)
 
 
-def lookup_greedy(sv, model, prompt_ids: torch.Tensor, max_new: int, k="auto"):
-    """``(ids, stats)``: greedy speculative decoding, prompt lookup drafting, the model verifying."""
-    target = sv.HFCausalLMStep(model, temperature=0)
+def lookup_greedy(sv, model, prompt_ids: torch.Tensor, max_new: int, k="auto", hidden: bool = False):
+    """``(ids, stats)``: greedy speculative decoding, prompt lookup drafting, the model verifying
+    (``hidden``: its head inside the op)."""
+    target = sv.HFCausalLMStep(model, temperature=0, hidden=hidden)
     decoder = sv.SpeculativeDecoder(sv.PromptLookupDraft(), target.target_step, k=k)
     return decoder.generate(prompt_ids, max_new), decoder.stats
 
@@ -76,29 +80,37 @@ def demo_section(sv, name: str = DEMO_MODEL, prompt: str = DEMO_PROMPT, max_new:
     print(f"Prompt ({prompt!r}, {len(ids)} tokens, input-grounded), greedy, {max_new} new tokens:")
     print(_indent(text))
     with torch.inference_mode():
-        spec, stats = lookup_greedy(sv, model, ids, 4)  # warm-up (allocator, kernel), not timed
+        for hidden in (False, True):  # warm-up (allocator, kernel), not timed
+            lookup_greedy(sv, model, ids, 4, hidden=hidden)
         t0 = time.perf_counter()
         plain = plain_greedy(model, ids, max_new)
         plain_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        spec, stats = lookup_greedy(sv, model, ids, max_new)
-        spec_s = time.perf_counter() - t0
-    at = first_difference(plain, spec)
+        runs = {}
+        for hidden in (False, True):
+            t0 = time.perf_counter()
+            spec, stats = lookup_greedy(sv, model, ids, max_new, hidden=hidden)
+            runs[hidden] = (spec, stats, time.perf_counter() - t0, first_difference(plain, spec))
+    spec, stats, spec_s, at = runs[False]
     print("\nOutput (speculative: prompt lookup, k=\"auto\"):")
     print(_indent(tokenizer.decode(spec[len(ids):])))
-    print(f"\n  identical to plain greedy decoding: {'yes' if at is None else 'no'}")
-    if at is not None:
-        print(f"    first difference at new token {at - len(ids)}; plain's top-2 logit gap there "
-              f"{top2_gap(model, plain[:at]):.2e} (a near-tie if tiny)")
-    ks = stats.k_per_round
-    print(f"  plain greedy decoding          {max_new / plain_s:6.1f} tokens/s  ({plain_s:.1f} s)")
-    print(f"  prompt lookup, k=\"auto\"        {max_new / spec_s:6.1f} tokens/s  ({spec_s:.1f} s)   "
-          f"{plain_s / spec_s:.2f}x plain")
-    print(f"  {stats.rounds} rounds, {stats.tokens_per_round:.2f} tokens/round; {stats.accepted} of {stats.drafted} "
-          f"proposed tokens accepted; k chosen per round: {_k_summary(ks)}")
+    for hidden, (_, _, _, diff) in runs.items():
+        what = "with our head in the op" if hidden else "with the model's head"
+        print(f"\n  identical to plain greedy decoding ({what}): {'yes' if diff is None else 'no'}", end="")
+        if diff is not None:
+            print(f"\n    first difference at new token {diff - len(ids)}; plain's top-2 logit gap there "
+                  f"{top2_gap(model, plain[:diff]):.2e} (a near-tie if tiny)", end="")
+    print("\n")
+    print(f"  plain greedy decoding                       {max_new / plain_s:6.1f} tokens/s  ({plain_s:.1f} s)")
+    for hidden, (_, st, secs, _) in runs.items():
+        label = "prompt lookup, k=\"auto\", our head in op" if hidden else "prompt lookup, k=\"auto\""
+        print(f"  {label:43} {max_new / secs:6.1f} tokens/s  ({secs:.1f} s)   {plain_s / secs:.2f}x plain; "
+              f"{st.rounds} rounds, {st.tokens_per_round:.2f} tokens/round, k per round: {_k_summary(st.k_per_round)}")
+    print(f"  {stats.accepted} of {stats.drafted} proposed tokens accepted (the model's head)")
+    hidden_spec, hidden_stats, hidden_s, hidden_at = runs[True]
     return dict(model=name, prompt=prompt, max_new=max_new, identical=at is None, plain_tps=max_new / plain_s,
                 spec_tps=max_new / spec_s, speedup=plain_s / spec_s, accepted=stats.accepted,
-                drafted=stats.drafted, rounds=stats.rounds, load_s=load_s)
+                drafted=stats.drafted, rounds=stats.rounds, load_s=load_s,
+                hidden_identical=hidden_at is None, hidden_tps=max_new / hidden_s, hidden_speedup=plain_s / hidden_s)
 
 
 def _k_summary(ks: list) -> str:
