@@ -112,7 +112,7 @@ bench-auto-replay: build real-models | $(LLAMA_STAMP) ## k=auto replayed on the 
 	$(PY) -m benchmarks.bench_auto_replay --carried
 
 .PHONY: bench-auto-draft
-bench-auto-draft: build gguf | $(LLAMA_STAMP) ## k=auto with the shipped draft model, replayed on its own text, greedy and T = 0.8 (recorded once on llama.cpp into out/): the policy alone, ~20 s
+bench-auto-draft: build gguf | $(LLAMA_STAMP) ## k=auto with the shipped draft model, replayed on its own text, greedy and T = 0.8 (recorded once on llama.cpp into out/): the policy alone, ~40 s
 	$(PY) -m benchmarks.bench_auto_draft --seeds 21
 
 .PHONY: bench-hidden
