@@ -114,6 +114,23 @@ def test_greedy_equals_llama_cpp_greedy(sv, llamas, hf_tokenizer, k):
     assert len(near_ties) <= 1, near_ties
 
 
+@pytest.mark.transformers
+def test_a_greedy_draft_proposes_llama_cpps_own_greedy_continuation(sv, llamas, hf_tokenizer):
+    # The adapter's greedy draft pick is llama.cpp's own greedy token, tie for tie: its K proposed
+    # tokens are Llama.generate's first K. (No other test fails if the pick is wrong: a bad draft
+    # only lowers acceptance, and greedy output stays the target's.)
+    from integrations.llama_cpp.pair import generate_plain
+    from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
+
+    draft_llama = llamas[0]
+    for text in _prompts():
+        prompt = hf_tokenizer(text).input_ids
+        plain = generate_plain(draft_llama, prompt, 8)  # resets the context first
+        step = LlamaCppStep(draft_llama, temperature=0, sv=sv)  # a fresh adapter: its cache is empty
+        tokens, rows = step.draft_step(torch.tensor(prompt), 8)
+        assert rows is None and tokens.tolist() == plain, text
+
+
 # ----------------------------------------------------------------------------
 # KV rollback: llama.cpp's sequence removal, never a re-run of the prefix
 # ----------------------------------------------------------------------------
