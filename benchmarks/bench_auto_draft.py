@@ -92,8 +92,9 @@ RUNS = {"bench": (2, 64), "all": (None, 128)}
 # ----------------------------------------------------------------------------
 
 
-def record(sv, path: pathlib.Path, max_new: int = 160) -> dict:
-    """Per pair prompt: plain greedy output, and the draft's greedy proposal at every position (llama.cpp)."""
+def _record(sv, path: pathlib.Path, trace) -> dict:
+    """``{kind: [trace(engine, prompt ids)]}`` over the pair prompts (llama.cpp, the shipped pair, one thread),
+    written to ``path``."""
     from . import bench_prompts
     from .spec_engines import LlamaEngine, missing, model_specs
 
@@ -102,56 +103,44 @@ def record(sv, path: pathlib.Path, max_new: int = 160) -> dict:
     if why:
         raise SystemExit(f"cannot record the draft traces: {why}")
     engine = LlamaEngine(spec, sv, 1)
-    draft = engine.draft(0.0, None)
-    out = {}
-    for kind in ("grounded", "open"):
-        for text in bench_prompts.prompts("pair", kind):
-            prompt = engine.tokenize(text)
-            _, _, new = engine.plain(prompt, max_new, 0.0, torch.Generator().manual_seed(0))
-            seq, proposals = prompt + new, []
-            draft.reset()
-            for t in range(len(new)):
-                proposals.append(draft.draft_step(torch.tensor(seq[: len(prompt) + t]), K_MAX)[0].tolist())
-            out.setdefault(kind, []).append(dict(prompt=prompt, new=new, proposals=proposals))
+    out = {kind: [trace(engine, engine.tokenize(text)) for text in bench_prompts.prompts("pair", kind)]
+           for kind in ("grounded", "open")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out))
     return out
+
+
+def record(sv, path: pathlib.Path, max_new: int = 160) -> dict:
+    """Per pair prompt: plain greedy output, and the draft's greedy proposal at every position."""
+    def trace(engine, prompt):
+        _, _, new = engine.plain(prompt, max_new, 0.0, torch.Generator().manual_seed(0))
+        seq, draft = prompt + new, engine.draft(0.0, None)
+        proposals = [draft.draft_step(torch.tensor(seq[: len(prompt) + t]), K_MAX)[0].tolist() for t in range(len(new))]
+        return dict(prompt=prompt, new=new, proposals=proposals)
+    return _record(sv, path, trace)
 
 
 def record_sampled(sv, path: pathlib.Path, max_new: int = 160, seed: int = 0) -> dict:
     """Per pair prompt: plain sampled output at ``TEMPERATURE``, and ``SAMPLES`` draws of ``min(1, p/q)`` per position."""
     from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
 
-    from . import bench_prompts
-    from .spec_engines import LlamaEngine, missing, model_specs
-
-    spec = model_specs()["shipped"]
-    why = missing(spec, "llama_cpp")
-    if why:
-        raise SystemExit(f"cannot record the draft traces: {why}")
-    engine = LlamaEngine(spec, sv, 1)
-    steps = (engine.target(TEMPERATURE), LlamaCppStep(engine.draft_llama, temperature=TEMPERATURE, sv=sv))
     draws = torch.Generator().manual_seed(seed + 1)
-    out = {}
-    for kind in ("grounded", "open"):
-        for text in bench_prompts.prompts("pair", kind):
-            prompt = engine.tokenize(text)
-            _, _, new = engine.plain(prompt, max_new, TEMPERATURE, torch.Generator().manual_seed(seed))
-            seq = prompt + new
-            p_rows, q_rows = ([], [])
-            for step, rows in zip(steps, (p_rows, q_rows)):
-                engine.prefill(step, prompt)
-                for t in range(len(new)):  # one position an eval: what plain decoding computes
-                    logits = step._feed([seq[len(prompt) + t - 1]], rows=1)[0]
-                    rows.append(torch.softmax(logits.double() / TEMPERATURE, -1))
-            r = []
-            for p, q in zip(p_rows, q_rows):
-                x = torch.multinomial(q, SAMPLES, replacement=True, generator=draws)
-                r.append([round(float(v), 4) for v in (p[x] / q[x]).clamp(max=1.0)])
-            out.setdefault(kind, []).append(dict(prompt=prompt, new=new, r=r))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out))
-    return out
+
+    def trace(engine, prompt):
+        _, _, new = engine.plain(prompt, max_new, TEMPERATURE, torch.Generator().manual_seed(seed))
+        seq, rows = prompt + new, ([], [])  # the target's warped rows p, the draft's q
+        steps = (engine.target(TEMPERATURE), LlamaCppStep(engine.draft_llama, temperature=TEMPERATURE, sv=engine.sv))
+        for step, out in zip(steps, rows):
+            engine.prefill(step, prompt)
+            for t in range(len(new)):  # one position an eval: what plain decoding computes
+                logits = step._feed([seq[len(prompt) + t - 1]], rows=1)[0]
+                out.append(torch.softmax(logits.double() / TEMPERATURE, -1))
+        r = []
+        for p, q in zip(*rows):
+            x = torch.multinomial(q, SAMPLES, replacement=True, generator=draws)
+            r.append([round(float(v), 4) for v in (p[x] / q[x]).clamp(max=1.0)])
+        return dict(prompt=prompt, new=new, r=r)
+    return _record(sv, path, trace)
 
 
 def accepted_lengths(trace: dict) -> list:

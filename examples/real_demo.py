@@ -93,25 +93,23 @@ def demo_section(sv, name: str = DEMO_MODEL, prompt: str = DEMO_PROMPT, max_new:
     spec, stats, spec_s, at = runs[False]
     print("\nOutput (speculative: prompt lookup, k=\"auto\"):")
     print(_indent(tokenizer.decode(spec[len(ids):])))
+    labels = {False: "prompt lookup, k=\"auto\"", True: "prompt lookup, k=\"auto\", our head in op"}
+    print()
     for hidden, (_, _, _, diff) in runs.items():
-        what = "with our head in the op" if hidden else "with the model's head"
-        print(f"\n  identical to plain greedy decoding ({what}): {'yes' if diff is None else 'no'}", end="")
+        print(f"  identical to plain greedy decoding ({labels[hidden]}): {'yes' if diff is None else 'no'}")
         if diff is not None:
-            print(f"\n    first difference at new token {diff - len(ids)}; plain's top-2 logit gap there "
-                  f"{top2_gap(model, plain[:diff]):.2e} (a near-tie if tiny)", end="")
-    print("\n")
-    print(f"  plain greedy decoding                       {max_new / plain_s:6.1f} tokens/s  ({plain_s:.1f} s)")
+            print(f"    first difference at new token {diff - len(ids)}; plain's top-2 logit gap there "
+                  f"{top2_gap(model, plain[:diff]):.2e} (a near-tie if tiny)")
+    print(f"\n  plain greedy decoding                       {max_new / plain_s:6.1f} tokens/s  ({plain_s:.1f} s)")
     for hidden, (_, st, secs, _) in runs.items():
-        label = "prompt lookup, k=\"auto\", our head in op" if hidden else "prompt lookup, k=\"auto\""
-        print(f"  {label:43} {max_new / secs:6.1f} tokens/s  ({secs:.1f} s)   {plain_s / secs:.2f}x plain; "
+        print(f"  {labels[hidden]:43} {max_new / secs:6.1f} tokens/s  ({secs:.1f} s)   {plain_s / secs:.2f}x plain; "
               f"{st.rounds} rounds, {st.tokens_per_round:.2f} tokens/round, k per round: {_k_summary(st.k_per_round)}")
     print(f"  {stats.accepted} of {stats.drafted} proposed tokens accepted (the model's head)")
-    hidden_spec, hidden_stats, hidden_s, hidden_at = runs[True]
+    _, _, hidden_s, hidden_at = runs[True]
     return dict(model=name, prompt=prompt, max_new=max_new, identical=at is None, plain_tps=max_new / plain_s,
                 spec_tps=max_new / spec_s, speedup=plain_s / spec_s, accepted=stats.accepted,
                 drafted=stats.drafted, rounds=stats.rounds, load_s=load_s,
                 hidden_identical=hidden_at is None, hidden_tps=max_new / hidden_s, hidden_speedup=plain_s / hidden_s)
-
 
 def _k_summary(ks: list) -> str:
     counts = {k: ks.count(k) for k in sorted(set(ks))}
