@@ -27,7 +27,7 @@ import types
 import pytest
 import torch
 
-from tests.decode_tables import Tables
+from tests.decode_tables import TABLE_V, Tables
 
 
 def _auto(sv, k_max=8):
@@ -722,7 +722,10 @@ def test_a_plain_step_probes_the_draft_and_judges_it_by_the_emitted_token(sv, cl
     assert dec.stats.k_per_round == [0] * 12 and dec.stats.drafted == 0  # probes are not proposals
 
 
-def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv, clock):
+def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv, clock, monkeypatch):
+    # The probe's share alone: resting is off (a look at 4% of c(1) that never pays would rest from the
+    # 5th look on, AutoCost.rested; its own tests are below).
+    monkeypatch.setattr(sys.modules[sv.AutoCost.__module__], "_REST_SHARE", 1.0)
     tables = Tables(target_zeros=False)
     target = PricedTarget(tables, lambda n: 3.0, clock)  # 60 ms an eval
     # A draft token at 0; at 1% of c(1), a look-ahead of k_max = 4 tokens at 4% (under the 5% share:
@@ -782,6 +785,74 @@ def test_resting_doubles_while_plain_steps_are_chosen_and_ends_at_the_first_k(sv
             assert pattern.startswith(before + "l" * 8 + "r" + "l" + "rr")  # after k = 1: 8 looks, rests from 1
         else:
             assert pattern == "l" * 60
+
+
+def test_resting_begins_when_looking_rounds_realize_less_than_plain_steps(sv):
+    """The realized rule (AutoCost.rested): looks that choose k = 1 every time (so no plain stretch ever
+    starts a rest), each emitting 1.4 tokens in 1.6 s against a plain step's 1 token in c(1) = 1 s, rest
+    once they hold 3 rounds' worth at a decay of 0.8 (the 5th look: 1 + 0.8 + 0.64 + 0.512 < 3), then
+    1, 2, 4, 8, 8 rounds between single looks. Controls: 1.8 tokens a look (1.125 a second) never rest;
+    nor do looks whose own work is 1% of c(1) (resting would save too little), nor a caller that does
+    not report tokens and seconds."""
+    cases = (("loses", 1.4, 0.05), ("pays", 1.8, 0.05), ("not busy", 1.4, 0.01), ("unreported", None, 0.05))
+    for name, tokens, work in cases:
+        model = _auto(sv)
+        for _ in range(3):
+            model.record(1, 0, 0, (0.0, 1.0, 0.0), [])  # c(1) = 1 s; verify and commit: 0 s
+        pattern = []
+        for _ in range(40):
+            if model.rest(1):
+                pattern.append("r")
+                continue
+            pattern.append("l")
+            model.rested(1, 1, work, tokens=tokens, seconds=None if tokens is None else 1.6)
+        pattern = "".join(pattern)
+        print(f"\n{name}: {pattern}")
+        if name == "loses":
+            assert pattern == ("l" * 5 + "r" + "l" + "rr" + "l" + "r" * 4 + "l" + "r" * 8 + "l" + "r" * 8 + "l" +
+                               "r" * 8)[:40]
+        else:
+            assert pattern == "l" * 40
+
+
+def test_a_decoder_rests_when_its_looking_rounds_realize_less_than_plain_steps(sv, clock):
+    """End to end, with an AutoCost choosing k = 1 in every round it looks (after the 3 plain steps that
+    measure c(1)): a lookup-priced draft (4% of c(1) a call) right every other round emits 1.5 tokens a
+    round in c(2) = 1.8 c(1): below a plain step's rate, so the decoder rests (rounds that do not ask
+    the draft), and the output is plain greedy's. The controls, asked in every round but the last
+    (nothing left to draft): a draft always right (2 tokens per 1.8); and the losing draft giving rows
+    (a draft model: looked ahead with once, then never, so not judged by its realized rate)."""
+    tables = Tables(target_zeros=False)
+    target = PricedTarget(tables, lambda n: 1.0 if n == 1 else 1.8, clock)
+    perfect = _perfect_draft(tables)
+
+    class KOne(sv.AutoCost):
+        def choose(self, seqs, caps):
+            self.looks = getattr(self, "looks", 0) + 1
+            return (0 if self.looks <= 3 else min(1, max(caps))), None
+
+    for right_every, model_rows, rests in ((2, False, True), (1, False, False), (2, True, False)):
+        calls = []
+
+        def draft(prefix, k):
+            calls.append(k)
+            clock.charge(0.04 * UNIT)
+            tokens, _ = perfect(prefix, k)
+            if len(calls) % right_every:
+                tokens = (tokens + 1) % TABLE_V  # a wrong proposal: rejected at its first token
+            return tokens, torch.full((len(tokens), TABLE_V), 1.0 / TABLE_V) if model_rows else None
+
+        dec = sv.SpeculativeDecoder(draft, target, k=KOne(k_max=4))
+        out = dec.generate(torch.tensor([0]), max_new=60)
+        assert out.tolist() == tables.greedy_chain([0], 60)
+        rounds = dec.stats.rounds
+        print(f"\nright every {right_every}, rows {model_rows}: asked {len(calls)} times in {rounds} rounds")
+        if rests:
+            assert len(calls) <= rounds // 2
+        elif not model_rows:
+            assert len(calls) == rounds - 1
+        else:  # a draft model is looked ahead with once, then not asked in the 2 plain steps after it
+            assert len(calls) == rounds - 3
 
 
 def test_a_decoder_rests_through_plain_stretches_only_when_its_own_work_shows(sv, clock):

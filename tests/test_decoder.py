@@ -1038,6 +1038,48 @@ def test_huge_k_and_max_new_allocate_by_what_the_run_uses(sv):
     assert long.tolist() == [0] + [2] * 3000
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_callbacks_see_the_committed_tokens_across_the_buffers_growth(sv, batched):
+    """Every prefix a callback sees is prompt + the tokens committed so far, past the output buffer's first
+    allocation (1,024 slots: it is regrown twice here), and a prefix a callback kept from round 1 still
+    holds its tokens at the end. The oracle is a Python list of the toy target's greedy chain."""
+    vocab, prompt = 97, [5, 11]
+    successor = lambda t: (7 * t + 3) % vocab  # noqa: E731  -- the target's argmax after token t
+    chain = list(prompt)
+    while len(chain) < len(prompt) + 3000:
+        chain.append(successor(chain[-1]))
+    seen, kept = [], []
+
+    def rows_after(tokens):
+        rows = torch.zeros(len(tokens), vocab)
+        rows[torch.arange(len(tokens)), torch.tensor([successor(t) for t in tokens])] = 1.0
+        return rows
+
+    def draft(prefix, k):  # right twice, then wrong: rounds of 3 tokens, each commit a different length
+        seen.append(prefix.tolist())
+        kept.append(prefix) if len(kept) == 0 else None
+        last, out = int(prefix[-1]), []
+        for i in range(k):
+            last = successor(last) if i < 2 else (last + 1) % vocab
+            out.append(last)
+        return torch.tensor(out, dtype=torch.int64), None
+
+    def target(prefix, proposed):
+        seen.append(prefix.tolist())
+        return rows_after([int(prefix[-1])] + proposed.tolist())
+
+    if batched:
+        decoder = sv.BatchedSpeculativeDecoder(
+            lambda prefixes, k, rows: (torch.stack([draft(p, k)[0] for p in prefixes]), None),
+            lambda prefixes, proposed, rows: torch.stack([target(p, q) for p, q in zip(prefixes, proposed)]), k=4)
+        out = decoder.generate([torch.tensor(prompt)], max_new=3000)[0]
+    else:
+        out = sv.SpeculativeDecoder(draft, target, k=4).generate(torch.tensor(prompt), max_new=3000)
+    assert out.tolist() == chain
+    assert len(seen) >= 2000 and all(p == chain[: len(p)] for p in seen)
+    assert kept[0].tolist() == prompt
+
+
 def test_meta_tensors_from_callbacks_are_named(sv):
     meta_tokens = sv.SpeculativeDecoder(lambda prefix, k: (torch.zeros(k, dtype=torch.int64, device="meta"), None),
                                         _argmax_2_target([]), k=2)

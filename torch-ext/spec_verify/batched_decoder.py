@@ -49,7 +49,7 @@ part of the kernel package that ``kernels`` loads.
 
 from __future__ import annotations
 
-import contextlib
+import array
 import time
 from typing import Callable, Mapping, Optional
 
@@ -85,22 +85,39 @@ BatchedTargetStep = Callable[[list, torch.Tensor, list], torch.Tensor]
 
 
 _BUFFER_START = 1024  # output slots allocated up front; a buffer doubles past them
+if array.array("q").itemsize != 8:  # _Sequence views its array as int64
+    raise ImportError("spec_verify needs an 8-byte array.array('q') (C long long) for its output buffers")
 
 
 class _Sequence:
-    """The prompt and the tokens committed so far, in one buffer grown by doubling."""
+    """The prompt and the tokens committed so far, in one buffer grown by doubling.
 
-    __slots__ = ("buffer", "length", "prompt_length", "max_length", "stopped_by")
+    The buffer is an ``array.array`` of int64 that a tensor views
+    (``torch.frombuffer``): a round's commit writes Python ints into the
+    array, with no torch call, and the callbacks read the tensor. Why: a
+    commit comes right after the target's eval has evicted the caches, where
+    a tensor's item store costs ~60 us (measured on Zen 2; an array's ~10
+    us), and a tiny model's plain step is ~3 ms (DESIGN.md, "k = auto": the
+    loop's own cost). A grown buffer is a new array: views the callbacks kept
+    of the old one stay valid.
+    """
+
+    __slots__ = ("ids", "buffer", "capacity", "length", "prompt_length", "max_length", "stopped_by")
 
     def __init__(self, prompt: torch.Tensor, max_new: int) -> None:
         # Sized by what a run uses, not by max_new alone: max_new=2**62 must
         # not allocate 2**62 slots up front.
-        self.buffer = torch.empty(len(prompt) + min(max_new, _BUFFER_START), dtype=torch.int64)
+        self._allocate(len(prompt) + min(max_new, _BUFFER_START))
         self.buffer[: len(prompt)] = prompt
         self.length = self.prompt_length = len(prompt)
         self.max_length = len(prompt) + max_new
         # Nothing to decode at all (max_new = 0): stopped before the first round.
         self.stopped_by = "max_new" if max_new == 0 else None
+
+    def _allocate(self, capacity: int) -> None:
+        self.ids = array.array("q", bytes(8 * capacity))  # "q": int64 (checked at import)
+        self.buffer = torch.frombuffer(self.ids, dtype=torch.int64) if capacity else torch.empty(0, dtype=torch.int64)
+        self.capacity = capacity
 
     @property
     def left(self) -> int:
@@ -113,21 +130,22 @@ class _Sequence:
         return self.buffer[: self.length]
 
     def append(self, new: list, eos_ids: frozenset) -> list:
-        """Append ``new`` (cut after the first eos id); return what was appended."""
+        """Append ``new`` (Python ints, cut after the first eos id); return what was appended."""
         for i, token in enumerate(new):
             if token in eos_ids:
                 # Keep the eos itself, drop whatever the round had after it.
                 new, self.stopped_by = new[: i + 1], "eos"
                 break
-        if self.length + len(new) > len(self.buffer):
-            grown = torch.empty(max(2 * len(self.buffer), self.length + len(new)), dtype=torch.int64)
-            grown[: self.length] = self.buffer[: self.length]
-            self.buffer = grown
-        if len(new) == 1:  # a plain step's token: one scalar store, not a tensor made and copied
-            self.buffer[self.length] = new[0]
+        end = self.length + len(new)
+        if end > self.capacity:
+            old, length = self.ids, self.length
+            self._allocate(max(2 * self.capacity, end))
+            self.ids[:length] = old[:length]  # equal lengths: a copy, never a resize of an exported array
+        if len(new) == 1:  # a plain step's token
+            self.ids[self.length] = new[0]
         else:
-            self.buffer[self.length : self.length + len(new)] = torch.tensor(new, dtype=torch.int64)
-        self.length += len(new)
+            self.ids[self.length : end] = array.array("q", new)
+        self.length = end
         if self.stopped_by is None and self.left == 0:
             self.stopped_by = "max_new"
         return new
@@ -284,8 +302,13 @@ class _DecodeLoop:
             self.auto.record(len(active), prop.asked_of_draft, draft_tokens.shape[1],
                              (prop.seconds, t_eval, time.perf_counter() - t1 - t_eval), outcomes,
                              looked_ahead=prop.looked and prop.asked_of_draft > 0)
-            # Resting follows what the round verified (a k chosen but nothing proposed is a plain step).
-            self.auto.rested(len(active), draft_tokens.shape[1], time.perf_counter() - t0 - t_eval)
+            # Resting follows what the round verified (a k chosen but nothing proposed is a plain step)
+            # and, for a round that looked ahead, what it emitted in its whole wall time (AutoCost.rested).
+            seconds = time.perf_counter() - t0
+            looked = prop.looked and prop.asked_of_draft > 0
+            self.auto.rested(len(active), draft_tokens.shape[1], seconds - t_eval,
+                             tokens=sum(accepted) + len(accepted) if looked else None,
+                             seconds=seconds if looked else None)
         return still
 
     def _propose(self, prefixes: list, active: list, caps: list) -> "_Proposal":
@@ -625,16 +648,30 @@ def _resolve_head(declared, target_step) -> LMHead | None:
     return value
 
 
-@contextlib.contextmanager
-def _round_errors(round_index: int, rows_name: str):
-    """Re-raise the verify op's ``ValueError`` / ``IndexError`` as a ``ValueError`` naming the round."""
-    try:
-        yield
-    except (ValueError, IndexError) as err:
-        raise ValueError(
-            f"verification of round {round_index} rejected the callbacks' output "
-            f"(target_step's rows are target_{rows_name}, draft_step's are draft_{rows_name}): {err}"
-        ) from err
+class _round_errors:
+    """Re-raise the verify op's ``ValueError`` / ``IndexError`` as a ``ValueError`` naming the round.
+
+    A class, not a ``contextlib.contextmanager``: it is entered every round,
+    right after the target's eval, where a generator-based manager's extra
+    calls are ~10 us of a tiny model's ~3 ms step (DESIGN.md, "k = auto": the
+    loop's own cost).
+    """
+
+    __slots__ = ("round_index", "rows_name")
+
+    def __init__(self, round_index: int, rows_name: str) -> None:
+        self.round_index, self.rows_name = round_index, rows_name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, traceback) -> bool:
+        if kind is not None and issubclass(kind, (ValueError, IndexError)):
+            raise ValueError(
+                f"verification of round {self.round_index} rejected the callbacks' output "
+                f"(target_step's rows are target_{self.rows_name}, draft_step's are draft_{self.rows_name}): {err}"
+            ) from err
+        return False
 
 
 # ----------------------------------------------------------------------------

@@ -100,6 +100,8 @@ _DRAFT_POOL = "draft"  # the pool of keys without a context (a draft model): its
 _REST_SHARE = 0.02  # a round's own work (all but the eval) above this share of c_target(1): plain stretches rest
 _REST_AFTER = 8  # chosen plain steps in a row before the first rest
 _REST_MAX = 8  # the longest rest, in rounds (rests double from 1 while the looks between them choose k = 0)
+_LOOK_DECAY = 0.8  # the looking rounds' realized rate: its evidence, forgotten this much per looking round
+_LOOK_MIN = 3.0  # ... judged once it holds this many rounds' worth
 _RETRY_FIRST = 2  # plain rounds after which a never-probed draft's own evidence is first forgotten (retry)
 _RETRY_MAX = 32  # the longest wait between retries, in plain rounds (waits double while retries fail)
 _CURVE_FORMAT = "spec-verify AutoCost curve 1"  # save's JSON, as load checks it
@@ -194,6 +196,8 @@ class AutoCost:
         self._plain_streak: dict = collections.defaultdict(int)
         self._resting: dict = collections.defaultdict(int)
         self._next_rest: dict = collections.defaultdict(lambda: 1)
+        # Per batch size, the looking rounds' decayed [tokens emitted, wall seconds, rounds] (rested).
+        self._realized: dict = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
 
     # -- measurements ------------------------------------------------------------
 
@@ -206,6 +210,7 @@ class AutoCost:
         self._plain_streak.clear()
         self._resting.clear()
         self._next_rest.clear()
+        self._realized.clear()
 
     # -- the curve across processes -----------------------------------------------
 
@@ -381,31 +386,61 @@ class AutoCost:
             return True
         return False
 
-    def rested(self, batch: int, k: int, work: float) -> None:
+    def rested(self, batch: int, k: int, work: float, tokens: int | None = None,
+               seconds: float | None = None) -> None:
         """The round just done (not called after a resting round): ``k`` the draft tokens it verified
         (0: a plain step, whatever ``choose`` said), and its own ``work`` in seconds (the round's wall
-        time but the target eval: looking, choosing, verify, commit, record).
+        time but the target eval: looking, choosing, verify, commit, record); optionally the
+        ``tokens`` it emitted (all sequences) and its whole wall ``seconds`` -- the decoders give them
+        for a round that looked ahead (a cheap point-mass draft: a prompt lookup).
 
         Why rest: a round that looks ahead and chooses pays the lookup, the choice and their records
         after every eval, ~0.1-0.3 ms of Python with cold caches (DESIGN.md, "k = auto": the loop's own
-        cost) -- 5-10% of a tiny model's 2-3 ms step, and nothing when no ``k`` pays. So after
-        ``_REST_AFTER`` chosen plain steps in a row, while the measured work is above ``_REST_SHARE`` of
-        ``c_target(1)``, the next rounds rest (plain steps that neither look nor choose): 1 round, then 2,
-        4, up to ``_REST_MAX`` while the looks between rests keep choosing ``k = 0``. Any ``k > 0`` ends
-        it. A quote that begins during a rest is found at most ``_REST_MAX`` rounds late; a model whose
-        step dwarfs the work (Gemma 3 270M, ~25 ms against ~0.2) never rests.
+        cost) -- 5-10% of a tiny model's 2-4 ms step, and nothing when no ``k`` pays. So while the
+        measured work is above ``_REST_SHARE`` of ``c_target(1)``, the next rounds rest (plain steps
+        that neither look nor choose): 1 round, then 2, 4, up to ``_REST_MAX`` while the looks between
+        rests do not pay. A quote that begins during a rest is found at most ``_REST_MAX`` rounds late;
+        a model whose step dwarfs the work (Gemma 3 270M, ~25 ms against ~0.3) never rests. A rest
+        begins
+
+        * after ``_REST_AFTER`` chosen plain steps in a row (a ``k > 0`` ends that stretch), or
+        * when the looking rounds' *realized* rate -- their tokens over their whole wall time,
+          decayed by ``_LOOK_DECAY`` a round, at least ``_LOOK_MIN`` rounds' worth -- is below a
+          resting round's, one token per sequence in ``c_target(1)`` plus the verify and commit.
+          Why: the choice's predictions miss what no term of them holds (the choice's own cost, an
+          acceptance estimate a little high), and on a tiny model the misses are the margin. The
+          shipped pair on llama.cpp, input-grounded greedy text: ``k = 1`` and ``2`` were chosen in
+          a fifth of the rounds, each about even with a plain step, so the plain stretches between
+          them never reached 8 and every round paid the ~0.28 ms of looking -- ``k="auto"`` ran
+          0.90x plain where a plain step through the loop ran 0.96x. Only rounds that looked ahead
+          are judged so: a draft model is not asked in a plain step, its cost is in the choice's
+          prices, and judged by its realized rate it rested through its climb to the sizes that
+          pay (the same pair's draft model, open greedy text: 1.53-1.59x plain -> 1.37-1.41x).
+
+        A ``k > 0`` round sets the rests back to 1 round only while looking pays.
         """
         self._work[batch].append(work)
         self._medians.pop(("work", batch), None)
-        if k:
-            self._plain_streak[batch] = 0
-            self._next_rest[batch] = 1
-            return
-        self._plain_streak[batch] += 1
+        self._plain_streak[batch] = 0 if k else self._plain_streak[batch] + 1
         base = self._measured(batch).get(1)
-        if self._plain_streak[batch] < _REST_AFTER or base is None or \
-                self._median("work", batch, self._work) <= _REST_SHARE * base:
-            return
+        if base is None or self._median("work", batch, self._work) <= _REST_SHARE * base:
+            return  # not busy: resting would save nothing worth a quote found late
+        if tokens is not None and seconds is not None:
+            realized = self._realized[batch]
+            realized[0] = _LOOK_DECAY * realized[0] + tokens
+            realized[1] = _LOOK_DECAY * realized[1] + seconds
+            realized[2] = _LOOK_DECAY * realized[2] + 1.0
+            if realized[2] >= _LOOK_MIN and self._other.get(batch) and \
+                    realized[0] * (base + self._median("other", batch, self._other)) < batch * realized[1]:
+                self._rest_now(batch)  # looking, choices included, emits less a second than resting
+                return
+        if k:
+            self._next_rest[batch] = 1
+        elif self._plain_streak[batch] >= _REST_AFTER:
+            self._rest_now(batch)
+
+    def _rest_now(self, batch: int) -> None:
+        """Rest the next rounds: 1, then twice the last rest (at most ``_REST_MAX``)."""
         self._resting[batch] = self._next_rest[batch]
         self._next_rest[batch] = min(2 * self._next_rest[batch], _REST_MAX)
 

@@ -252,6 +252,7 @@ class SpeculativeDecoder(_DecodeLoop):
     ) -> None:
         super().__init__(draft_step, target_step, k, greedy, eos_token_id, generator, warping=warping,
                          method=method, k_max=k_max, head=head)
+        self._no_draft_row: torch.Tensor | None = None  # _first_tokens
 
     def generate(self, prompt_ids, max_new: int = 128) -> torch.Tensor:
         """Decode up to ``max_new`` tokens after ``prompt_ids``.
@@ -285,12 +286,20 @@ class SpeculativeDecoder(_DecodeLoop):
         return tokens[None], None if draft_rows is None else draft_rows[None], [tokens.shape[0]]
 
     def _target_round(self, prefixes: list, draft_tokens: torch.Tensor, rows: list) -> torch.Tensor:
-        return self._target(prefixes[0], draft_tokens[0])
+        return self._target(prefixes[0], self._first_tokens(draft_tokens))
 
     def _verify_round(self, target_rows, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
-        n_accepted, next_token = self._verify(target_rows, draft_tokens[0],
+        n_accepted, next_token = self._verify(target_rows, self._first_tokens(draft_tokens),
                                               None if draft_rows is None else draft_rows[0])
         return [n_accepted], [next_token]
+
+    def _first_tokens(self, draft_tokens: torch.Tensor) -> torch.Tensor:
+        """``draft_tokens[0]``; a plain step's (``_no_draft(1)``) is made once (why: ``_no_draft``)."""
+        if draft_tokens is self._no_drafts.get(1):
+            if self._no_draft_row is None:
+                self._no_draft_row = draft_tokens[0]
+            return self._no_draft_row
+        return draft_tokens[0]
 
     @staticmethod
     def _first_rows(rows: torch.Tensor) -> torch.Tensor:
