@@ -131,6 +131,28 @@ def test_a_greedy_draft_proposes_llama_cpps_own_greedy_continuation(sv, llamas, 
         assert rows is None and tokens.tolist() == plain, text
 
 
+def test_logits_views_follow_llama_cpps_output_buffer(sv, llamas, monkeypatch):
+    """The adapter keeps one zero-copy view per row count while llama.cpp's output buffer stays put, and
+    makes new ones when the buffer moves: here two stand-in buffers, swapped under it."""
+    import ctypes
+
+    import integrations.llama_cpp.spec_verify_llama as adapter
+
+    step = adapter.LlamaCppStep(llamas[1], temperature=0, sv=sv)
+    V = step.n_vocab
+    buffers = [(ctypes.c_float * (3 * V))(*([float(i)] * (3 * V))) for i in (1, 2)]
+    current = [0]
+    monkeypatch.setattr(adapter.llama_cpp, "llama_get_logits",
+                        lambda ctx: ctypes.cast(buffers[current[0]], ctypes.POINTER(ctypes.c_float)))
+    first = step._logits_view(2)
+    assert first.shape == (2, V) and bool((first == 1.0).all())
+    assert step._logits_view(2) is first  # the same buffer: the view is kept
+    assert step._logits_view(3).shape == (3, V)
+    current[0] = 1  # llama.cpp grew its outputs into a new buffer
+    moved = step._logits_view(2)
+    assert moved is not first and bool((moved == 2.0).all())
+
+
 # ----------------------------------------------------------------------------
 # KV rollback: llama.cpp's sequence removal, never a re-run of the prefix
 # ----------------------------------------------------------------------------
