@@ -764,14 +764,14 @@ def test_a_lookup_asked_for_less_near_the_end_stays_cheap(sv, clock):
 
 def test_resting_doubles_while_plain_steps_are_chosen_and_ends_at_the_first_k(sv):
     """The schedule (AutoCost.rest / rested): after 8 chosen plain steps in a row whose own work is above
-    2% of c(1), rests of 1, 2, 4, 8, 8 rounds between single looks; a chosen k > 0 ends it, and the next
-    rest needs 8 plain steps again. The control: work at 1% of c(1) never rests."""
+    2% of c(1), rests of 1, 2, 4, 8, 16, 16 rounds between single looks; a chosen k > 0 ends it, and the
+    next rest needs 8 plain steps again. The control: work at 1% of c(1) never rests."""
     for work, rests in ((0.05, True), (0.01, False)):
         model = _auto(sv)
         for _ in range(3):
             model.record(1, 0, 0, (0.0, 1.0, 0.0), [])  # c(1) = 1 s
         pattern, looks = [], 0
-        for _ in range(60):
+        for _ in range(90):
             if model.rest(1):
                 pattern.append("r")
                 continue
@@ -781,17 +781,17 @@ def test_resting_doubles_while_plain_steps_are_chosen_and_ends_at_the_first_k(sv
         pattern = "".join(pattern)
         print(f"\nwork {work}: {pattern}")
         if rests:
-            before = "l" * 8 + "r" + "l" + "rr" + "l" + "rrrr" + "l" + "r" * 8 + "l" + "r" * 8 + "l" + "r" * 8 + "l"
+            before = "l" * 8 + "r" + "l" + "rr" + "l" + "rrrr" + "l" + "r" * 8 + "l" + "r" * 16 + "l" + "r" * 16 + "l"
             assert pattern.startswith(before + "l" * 8 + "r" + "l" + "rr")  # after k = 1: 8 looks, rests from 1
         else:
-            assert pattern == "l" * 60
+            assert pattern == "l" * 90
 
 
 def test_resting_begins_when_looking_rounds_realize_less_than_plain_steps(sv):
     """The realized rule (AutoCost.rested): looks that choose k = 1 every time (so no plain stretch ever
     starts a rest), each emitting 1.4 tokens in 1.6 s against a plain step's 1 token in c(1) = 1 s, rest
     once they hold 3 rounds' worth at a decay of 0.8 (the 5th look: 1 + 0.8 + 0.64 + 0.512 < 3), then
-    1, 2, 4, 8, 8 rounds between single looks. Controls: 1.8 tokens a look (1.125 a second) never rest;
+    1, 2, 4, 8, 16 rounds between single looks. Controls: 1.8 tokens a look (1.125 a second) never rest;
     nor do looks whose own work is 1% of c(1) (resting would save too little), nor a caller that does
     not report tokens and seconds."""
     cases = (("loses", 1.4, 0.05), ("pays", 1.8, 0.05), ("not busy", 1.4, 0.01), ("unreported", None, 0.05))
@@ -809,8 +809,7 @@ def test_resting_begins_when_looking_rounds_realize_less_than_plain_steps(sv):
         pattern = "".join(pattern)
         print(f"\n{name}: {pattern}")
         if name == "loses":
-            assert pattern == ("l" * 5 + "r" + "l" + "rr" + "l" + "r" * 4 + "l" + "r" * 8 + "l" + "r" * 8 + "l" +
-                               "r" * 8)[:40]
+            assert pattern == ("l" * 5 + "r" + "l" + "rr" + "l" + "r" * 4 + "l" + "r" * 8 + "l" + "r" * 16)[:40]
         else:
             assert pattern == "l" * 40
 
@@ -857,7 +856,7 @@ def test_a_decoder_rests_when_its_looking_rounds_realize_less_than_plain_steps(s
 
 def test_a_decoder_rests_through_plain_stretches_only_when_its_own_work_shows(sv, clock):
     """End to end: a lookup costing 4% of c(1) a call (cheap enough to look ahead with, 5%) that never
-    finds a match is asked 8 times, then once per rest (1, 2, 4, 8 rounds); the output is plain greedy's.
+    finds a match is asked 8 times, then once per rest (1, 2, 4, 8, 16 rounds); the output is plain greedy's.
     The control: the same lookup at 1% of c(1) is asked every round."""
     tables = Tables(target_zeros=False)
     target = PricedTarget(tables, lambda n: 3.0, clock)  # c(1) = 60 ms
