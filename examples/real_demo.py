@@ -111,6 +111,7 @@ def demo_section(sv, name: str = DEMO_MODEL, prompt: str = DEMO_PROMPT, max_new:
                 drafted=stats.drafted, rounds=stats.rounds, load_s=load_s,
                 hidden_identical=hidden_at is None, hidden_tps=max_new / hidden_s, hidden_speedup=plain_s / hidden_s)
 
+
 def _k_summary(ks: list) -> str:
     counts = {k: ks.count(k) for k in sorted(set(ks))}
     return ", ".join(f"k={k}: {n}" for k, n in counts.items()) or "none"

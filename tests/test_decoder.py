@@ -1055,9 +1055,10 @@ def test_callbacks_see_the_committed_tokens_across_the_buffers_growth(sv, batche
         rows[torch.arange(len(tokens)), torch.tensor([successor(t) for t in tokens])] = 1.0
         return rows
 
-    def draft(prefix, k):  # right twice, then wrong: rounds of 3 tokens, each commit a different length
+    def draft(prefix, k):  # right twice, then wrong: rounds of 3 tokens (2 accepted, the correction)
         seen.append(prefix.tolist())
-        kept.append(prefix) if len(kept) == 0 else None
+        if not kept:
+            kept.append(prefix)
         last, out = int(prefix[-1]), []
         for i in range(k):
             last = successor(last) if i < 2 else (last + 1) % vocab

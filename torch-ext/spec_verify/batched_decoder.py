@@ -299,13 +299,13 @@ class _DecodeLoop:
             else:
                 outcomes = self._probe_outcomes(prop.probe, target_rows, prop.keys, caps, next_tokens)
             # The draft's cost is per token asked of it (looking ahead: max(caps)).
+            looked = prop.looked and prop.asked_of_draft > 0
             self.auto.record(len(active), prop.asked_of_draft, draft_tokens.shape[1],
                              (prop.seconds, t_eval, time.perf_counter() - t1 - t_eval), outcomes,
-                             looked_ahead=prop.looked and prop.asked_of_draft > 0)
+                             looked_ahead=looked)
             # Resting follows what the round verified (a k chosen but nothing proposed is a plain step)
             # and, for a round that looked ahead, what it emitted in its whole wall time (AutoCost.rested).
             seconds = time.perf_counter() - t0
-            looked = prop.looked and prop.asked_of_draft > 0
             self.auto.rested(len(active), draft_tokens.shape[1], seconds - t_eval,
                              tokens=sum(accepted) + len(accepted) if looked else None,
                              seconds=seconds if looked else None)
