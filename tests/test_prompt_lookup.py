@@ -7,6 +7,9 @@ Shown here, against independent oracles:
   ``[min_ngram, max_ngram]`` with an earlier occurrence, its latest such
   occurrence, up to ``k`` tokens after it -- over random prefixes drawn from
   a small alphabet, so matches of every length occur;
+* the same with token ids whose bytes repeat across token boundaries, and
+  with strided (non-contiguous) prefixes: the lookup searches the prefix's
+  bytes, and must still match whole tokens;
 * the batched form equals the single form sequence by sequence;
 * a draft that returns fewer than ``k`` tokens (or none) gets exactly those
   verified: the target sees them, a round with none is a plain step, and
@@ -18,6 +21,7 @@ Shown here, against independent oracles:
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 import torch
@@ -69,6 +73,38 @@ def test_lookup_matches_a_brute_force_scan(sv, max_ngram, min_ngram):
         contexts.add(draft.context)
     assert found > 50 and empty > 20  # both outcomes exercised, or the test is vacuous
     assert {0, min_ngram} <= contexts and (max_ngram < 3 or {4, 8} <= contexts)  # short and long matches seen
+
+
+def _straddles(prefix: list, n: int) -> bool:
+    """Do the last ``n`` tokens' little-endian int64 bytes occur in the earlier tokens' bytes at an offset
+    that is not a token boundary? (Computed here with ``struct``, independent of the lookup.)"""
+    data = struct.pack(f"<{len(prefix)}q", *prefix)
+    pattern, end = data[8 * (len(prefix) - n):], 8 * (len(prefix) - 1)
+    return any(data[at: at + 8 * n] == pattern for at in range(end - 8 * n + 1) if at % 8)
+
+
+def test_lookup_reads_token_ids_not_their_bytes(sv):
+    """Ids whose bytes repeat across token boundaries (0, 256, 2**16, 2**40 + 1, ...), and prefixes
+    that are strided views: the proposals are still the brute-force scan's, token by token."""
+    rng = random.Random(7)
+    ids = [0, 1, 256, 257, 65536, 2**32, 2**40 + 1, 2**62, 3 * 2**48]
+    draft = sv.PromptLookupDraft(max_ngram=3, min_ngram=1)
+    straddled = strided = 0
+    for trial in range(600):
+        prefix = [rng.choice(ids) for _ in range(rng.randrange(2, 30))]
+        k = rng.randrange(1, 6)
+        straddled += any(_straddles(prefix, n) for n in (1, 2, 3) if n < len(prefix))
+        if trial % 3 == 0:  # every other element of a longer tensor: not contiguous
+            wide = torch.zeros(2 * len(prefix), dtype=torch.int64)
+            wide[::2] = torch.tensor(prefix)
+            view = wide[::2]
+            strided += not view.is_contiguous()
+        else:
+            view = torch.tensor(prefix)
+        expected, context = _brute_force_match(prefix, k, 3, 1)
+        assert draft(view, k)[0].tolist() == expected, (prefix, k)
+        assert draft.context == context, (prefix, k)
+    assert straddled > 50 and strided > 100  # both traps exercised, or the test is vacuous
 
 
 def test_lookup_prefers_the_longest_ngram_and_the_latest_occurrence(sv):
