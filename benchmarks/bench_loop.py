@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_loop               # greedy and T = 0.8, k = 0 and k = "auto", V = 4096
     python -m benchmarks.bench_loop --vocab 32000 --eval-mb 80
+    python -m benchmarks.bench_loop --prompt-tokens 3000    # a long input: the lookup's share
 
 Why: on a tiny model a token costs ~2 ms (the shipped pair on llama.cpp), so
 the loop's Python per round is a few percent of decoding, and it is paid after
@@ -25,7 +26,9 @@ Rows, each the median of ``--repeats`` runs of ``--tokens`` tokens, interleaved:
 * ``k=auto``: the same with ``k="auto"`` (the cost model's choice every round,
   the lookup looked ahead, a plain step's probe, resting), on a random prompt:
   the lookup rarely matches, so nearly every round is a plain step (the
-  table says how many tokens a round emitted).
+  table says how many tokens a round emitted), and what a look costs: the
+  draft phase's seconds (the lookup and the decoder's checks of its
+  proposal) per lookup call, on a ``--prompt-tokens`` prompt.
 
 The figures are microseconds per round over ``plain``; no model, so no
 machine figure applies beyond the CPU named in the header.
@@ -47,6 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--eval-mb", type=float, default=40.0, help="float32 megabytes the stand-in eval sums")
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--prompt-tokens", type=int, default=150, help="the random prompt's length (the lookup searches it)")
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args(argv)
     from tools.kernel_loader import load_kernel
@@ -61,7 +65,7 @@ def main(argv=None) -> int:
         start = len(prefix) % (len(pool) - 9)  # a row per position: greedy output does not repeat
         return pool[start: start + len(proposed) + 1]
 
-    prompt = torch.randint(0, args.vocab, (150,), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, args.vocab, (args.prompt_tokens,), generator=torch.Generator().manual_seed(1))
 
     def plain(temperature):
         g = torch.Generator().manual_seed(0)
@@ -73,26 +77,31 @@ def main(argv=None) -> int:
         return (time.perf_counter() - start) / args.tokens
 
     per_round = collections.defaultdict(list)  # k -> tokens a round, per run
+    per_look = collections.defaultdict(list)  # k -> seconds of a look-ahead, per run
 
     def ours(temperature, k):
         kw = dict(greedy=temperature == 0, generator=torch.Generator().manual_seed(0))
         if temperature:
             kw["warping"] = dict(temperature=temperature)
-        dec = sv.SpeculativeDecoder(sv.PromptLookupDraft(), target, k=k, **kw)
+        draft = sv.PromptLookupDraft()
+        dec = sv.SpeculativeDecoder(draft, target, k=k, **kw)
         start = time.perf_counter()
         dec.generate(prompt, args.tokens)
         per_round[k].append(dec.stats.new_tokens / dec.stats.rounds)
+        if draft.calls:  # the draft phase's seconds (the lookup and the decoder's checks of it) per look
+            per_look[k].append(dec.stats.draft_seconds / draft.calls)
         return (time.perf_counter() - start) / dec.stats.rounds
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                "unknown CPU") if os.path.exists("/proc/cpuinfo") else "unknown CPU"
     print(f"decode loop per round over a bare plain loop; {cpu}, 1 thread, V = {args.vocab}, "
-          f"stand-in eval: one sum over {args.eval_mb:g} MB; medians of {args.repeats}, "
+          f"stand-in eval: one sum over {args.eval_mb:g} MB; a {args.prompt_tokens}-token prompt; medians of {args.repeats}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print("| mode | plain us/round | k=0: over plain | k=auto: over plain | k=auto: tokens a round |")
-    print("|---|---|---|---|---|")
+    print("| mode | plain us/round | k=0: over plain | k=auto: over plain | k=auto: tokens a round | k=auto: a look |")
+    print("|---|---|---|---|---|---|")
     for temperature in (0.0, 0.8):
         per_round.clear()
+        per_look.clear()
         times = {"plain": [], "k0": [], "auto": []}
         for _ in range(args.repeats):  # interleaved: the machine's drift hits every row alike
             times["plain"].append(plain(temperature))
@@ -101,7 +110,8 @@ def main(argv=None) -> int:
         med = {name: statistics.median(v) * 1e6 for name, v in times.items()}
         mode = "greedy" if temperature == 0 else f"T = {temperature}"
         print(f"| {mode} | {med['plain']:.0f} | {med['k0'] - med['plain']:+.0f} us | "
-              f"{med['auto'] - med['plain']:+.0f} us | {statistics.median(per_round['auto']):.2f} |")
+              f"{med['auto'] - med['plain']:+.0f} us | {statistics.median(per_round['auto']):.2f} | "
+              f"{statistics.median(per_look['auto']) * 1e6:.0f} us |")
     return 0
 
 
