@@ -164,6 +164,10 @@ def test_bad_lookup_arguments_are_named(sv):
         draft(torch.zeros(2, 2, dtype=torch.int64), 2)
     with pytest.raises(ValueError, match=r"k must be >= 0, got -1"):
         draft(torch.tensor([1, 2]), -1)
+    with pytest.raises(ValueError, match=r"prefix is a meta tensor: it has no token ids to read"):
+        draft(torch.empty(4, dtype=torch.int64, device="meta"), 2)
+    with pytest.raises(ValueError, match=r"prefixes\[0\] is a meta tensor"):
+        draft.batched([torch.empty(4, dtype=torch.int64, device="meta")], 2)
     with pytest.raises(TypeError, match=r"prefixes must be a list of 1-D tensors"):
         draft.batched(torch.tensor([1, 2]), 2)
     with pytest.raises(TypeError, match=r"prefixes\[1\] must be a 1-D integer tensor, got list"):

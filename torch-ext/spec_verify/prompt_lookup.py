@@ -246,4 +246,6 @@ def _as_prefix(prefix, name: str) -> torch.Tensor:
         raise TypeError(f"{name} must hold integer token ids, got dtype {prefix.dtype}")
     if prefix.dim() != 1:
         raise ValueError(f"{name} must be 1-D [L], got shape {tuple(prefix.shape)}")
+    if prefix.is_meta:
+        raise ValueError(f"{name} is a meta tensor: it has no token ids to read")
     return prefix.to(device="cpu", dtype=torch.int64)
