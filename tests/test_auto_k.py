@@ -215,8 +215,9 @@ def test_a_draft_call_is_priced_as_a_fixed_part_plus_a_cost_per_token(sv):
     at k = 1, k = 8 would cost 8 calls. Drafts measured at k = 1 and k = 4 (0.5 s a call + 0.05 s a token) are
     fitted as such, and a round's predicted seconds use the fit."""
     model = sv.AutoCost(k_max=8)
-    for _ in range(3):
+    for _ in range(3):  # (plain evals first: one right after a try is its aftermath, not a c(1) sample)
         model.record(1, 0, 0, (0.0, 1.0, 0.0), [])  # c(1) = 1 s
+    for _ in range(3):
         model.record(1, 1, 1, (0.55, 1.0, 0.0), [])  # k = 1: draft 0.55 s, c(2) = 1 s
     assert model._draft_cost(1) == pytest.approx((0.0, 0.55))  # one k measured: per token, the dearer guess
     for _ in range(2):
@@ -785,6 +786,54 @@ def test_resting_doubles_while_plain_steps_are_chosen_and_ends_at_the_first_k(sv
             assert pattern.startswith(before + "l" * 8 + "r" + "l" + "rr")  # after k = 1: 8 looks, rests from 1
         else:
             assert pattern == "l" * 90
+
+
+def test_a_try_is_priced_with_the_plain_step_after_it(sv):
+    """The aftermath (AutoCost._aftermath): c(1) = 1 s and c(2) = 1.2 s; a lookup proposes a token every
+    other round (a key accepted with probability 0.4: 1.4 tokens a try, 1.17 a second against a plain
+    step's 1), so a plain step follows each try. When that plain eval costs 1.4 s, a try costs 1.6 s
+    in all (0.875 a second): after the few tries that measure it, k = 0 for good. The control, whose
+    plain evals cost 1 s whatever came before, keeps trying whenever there is a proposal. (A try
+    followed by another try pays no aftermath: k = 1 in every round would not be priced so.)"""
+    for after_try, keeps_trying in ((1.4, False), (1.0, True)):
+        model = _auto(sv, k_max=1)
+        previous, tries = 1, []
+        for r in range(80):
+            proposes = r % 2 == 1
+            key = (0, 3) if proposes else (0, 0)
+            k, _ = model.choose([key], [1 if proposes else 0])
+            if proposes:
+                tries.append(k)
+            seconds = 1.2 if k else (after_try if previous > 1 else 1.0)
+            # A try judges its token; a plain step with a proposal probes it; one without, nothing.
+            outcome = (key, 1, 1, 0, [0.4]) if proposes else (key, 0, 0, 0)
+            model.record(1, 1, k, (0.0, seconds, 0.0), [outcome], looked_ahead=True)
+            previous = k + 1
+        print(f"\nplain eval after a try {after_try} s: k in the rounds with a proposal {tries}")
+        if keeps_trying:
+            assert tries[10:] == [1] * 30
+        else:
+            assert sum(tries) <= 4 and tries[10:] == [0] * 30
+
+
+def test_the_plain_eval_after_a_try_is_not_a_sample_of_c1(sv):
+    """record() keeps a plain eval that follows a longer one out of c(1)'s samples: 3 plain evals of 1 s,
+    then 10 pairs of a 2-position eval (1.2 s) and a plain one (1.4 s, the aftermath): c(1) stays 1 s
+    (the window of 9 would otherwise hold 1.4 s samples, and c(2) / c(1) would read 0.86); a resting
+    round counts as a plain eval (the eval after it is a c(1) sample again)."""
+    model = _auto(sv)
+    for _ in range(3):
+        model.record(1, 0, 0, (0.0, 1.0, 0.0), [])
+    for _ in range(10):
+        model.record(1, 1, 1, (0.0, 1.2, 0.0), [])
+        model.record(1, 0, 0, (0.0, 1.4, 0.0), [])
+    assert model.curve() == {1: {1: 1.0, 2: pytest.approx(1.2)}}
+    model.record(1, 1, 1, (0.0, 1.2, 0.0), [])
+    model._resting[1] = 1  # one resting round: a plain eval the model does not see
+    assert model.rest(1)
+    for _ in range(4):  # four plain evals after the rest, 2 s each: with c(1)'s three 1 s samples, median 2 s
+        model.record(1, 0, 0, (0.0, 2.0, 0.0), [])
+    assert model.curve()[1][2] == pytest.approx(0.6)  # (the first taken for an aftermath: median 1.5 s, 0.8)
 
 
 def test_resting_begins_when_looking_rounds_realize_less_than_plain_steps(sv):

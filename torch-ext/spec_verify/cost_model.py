@@ -29,7 +29,11 @@ tokens per second (DESIGN.md, "k = auto"):
   cannot make plain decoding look slow; the next size up from the best,
   while it has fewer than 3 samples and is predicted within 0.8x of the
   best, is measured again (in at most 3 rounds: a lookup may propose less
-  than asked), so one slow outlier cannot stall the climb;
+  than asked), so one slow outlier cannot stall the climb. A ``k > 0``
+  round is priced with its *aftermath* too: what the plain eval right after
+  an eval of ``n`` positions costs beyond ``c_target(1)`` (``_aftermath``;
+  on llama.cpp a tiny model's plain step after a try costs 0.2-0.35
+  ``c(1)`` more);
 * ``c_draft(k)`` is a draft call's cost, ``call + k * per_token``, fitted to
   the median draft time of each ``k`` asked (~0 for prompt lookup), ``c_other``
   the median of the rest of a round (verify, commit);
@@ -198,6 +202,10 @@ class AutoCost:
         self._next_rest: dict = collections.defaultdict(lambda: 1)
         # Per batch size, the looking rounds' decayed [tokens emitted, wall seconds, rounds] (rested).
         self._realized: dict = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+        # (batch size, n) -> recent plain evals right after an eval of n > 1 positions (_aftermath), and
+        # the positions of the last eval this model saw (record; a resting round is a plain step).
+        self._after: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self._last_positions = 1
 
     # -- measurements ------------------------------------------------------------
 
@@ -211,6 +219,7 @@ class AutoCost:
         self._resting.clear()
         self._next_rest.clear()
         self._realized.clear()
+        self._last_positions = 1
 
     # -- the curve across processes -----------------------------------------------
 
@@ -295,13 +304,19 @@ class AutoCost:
         also one look-ahead's cost (``probe_is_cheap``).
         """
         draft_s, target_s, rest_s = seconds
-        samples = self._target[(batch, drafted + 1)]
-        samples.append(target_s)
-        median = statistics.median(samples)  # one size's median: the others' did not move
-        if self._raw.get((batch, drafted + 1)) != median:
-            self._raw[(batch, drafted + 1)] = median
-            self._medians.pop(("target", batch), None)
+        after, self._last_positions = self._last_positions, drafted + 1
+        if drafted == 0 and after > 1:
+            # A plain eval right after a longer one: the longer round's aftermath, not c(1) (_aftermath).
+            self._after[(batch, after)].append(target_s)
             self._medians.pop(("costs", batch), None)
+        else:
+            samples = self._target[(batch, drafted + 1)]
+            samples.append(target_s)
+            median = statistics.median(samples)  # one size's median: the others' did not move
+            if self._raw.get((batch, drafted + 1)) != median:
+                self._raw[(batch, drafted + 1)] = median
+                self._medians.pop(("target", batch), None)
+                self._medians.pop(("costs", batch), None)
         if k_asked:
             drafts = self._draft[(batch, k_asked)]
             drafts.append(draft_s)
@@ -383,6 +398,7 @@ class AutoCost:
         left = self._resting[batch]
         if left:
             self._resting[batch] = left - 1
+            self._last_positions = 1  # a plain eval that record() does not see
             return True
         return False
 
@@ -726,6 +742,32 @@ class AutoCost:
                 return c
         return best
 
+    def _aftermath(self, batch: int, positions: int, measured: dict) -> float:
+        """Seconds more than ``c_target(1)`` that the plain eval right after one of ``positions`` costs.
+
+        The median of the plain evals measured right after an eval of ``positions`` (``record``
+        keeps them out of ``c_target(1)``'s samples), less ``c_target(1)``; a size with none
+        measured takes the nearest smaller size's (a longer eval leaves at least as much behind);
+        none at all, or a plain eval no dearer: 0. A ``k > 0`` round is priced with it, as though
+        a plain step followed (the usual case where a try is marginal; inside a copy, where the next
+        round is another try, the tries pay many times over).
+
+        Why: on llama.cpp a tiny model's plain eval after a longer one costs more than after a plain
+        one -- the shipped pair (f32, a 3.3 ms step) on a Xeon, evals in random order: 3.33 ms after
+        a plain eval, 3.93 after one of 2 positions, 3.91 after 3, 4.46 after 5; an eval of ``n``
+        after one of ``n`` cost no more than after a plain one (``python -m benchmarks.bench_evals``).
+        Each try therefore cost ~0.2-0.35 ``c(1)`` that no measured size held, since the plain
+        step paid it and ``c(1)``'s median shrugged it off: ``k="auto"``'s tries on the pair's
+        input-grounded text each lost about that. Larger or other engines show little: SmolLM2-135M
+        (Q4_1, 24 ms) on llama.cpp 3-4%, transformers 0-2% (the same bench, the same Xeon).
+        """
+        if positions == 1 or 1 not in measured:
+            return 0.0
+        sizes = [n for (b, n), samples in self._after.items() if b == batch and samples and n <= positions]
+        if not sizes:
+            return 0.0
+        return max(0.0, statistics.median(self._after[(batch, max(sizes))]) - measured[1])
+
     def _expected_target_costs(self, batch: int, reaches: list, measured: dict) -> list:
         """``E[c_target(W + 1)]`` for every ``k`` in ``0 .. k_max`` (None: unpriced), ``W = max_b min(k, cap_b, proposed_b)``.
 
@@ -745,8 +787,10 @@ class AutoCost:
         else:
             ge = [1.0] + [1.0 - math.prod(1.0 - row[j] for row in rows) for j in range(1, self.k_max + 1)]
         key = ("costs", batch)
-        if key not in self._medians:  # c(j + 1), or None: priced once per new sample, not every round
-            self._medians[key] = [self.target_cost(batch, j + 1, measured) for j in range(self.k_max + 1)]
+        if key not in self._medians:  # c(j + 1) and its aftermath, or None: priced once per new sample
+            costs = [self.target_cost(batch, j + 1, measured) for j in range(self.k_max + 1)]
+            self._medians[key] = [c if c is None or j == 0 else c + self._aftermath(batch, j + 1, measured)
+                                  for j, c in enumerate(costs)]
         cost = self._medians[key]
         out, head, priced = [], 0.0, True  # head: sum_{j<k} (G_j - G_{j+1}) c(j+1); priced: no None in it
         for k in range(self.k_max + 1):
