@@ -32,7 +32,7 @@ tokens per second (DESIGN.md, "k = auto"):
   than asked), so one slow outlier cannot stall the climb. A ``k > 0``
   round is priced with its *aftermath* too: what the plain eval right after
   an eval of ``n`` positions costs beyond ``c_target(1)`` (``_aftermath``;
-  on llama.cpp a tiny model's plain step after a try costs 0.2-0.35
+  on llama.cpp a tiny model's plain step after a try costs 0.14-0.34
   ``c(1)`` more);
 * ``c_draft(k)`` is a draft call's cost, ``call + k * per_token``, fitted to
   the median draft time of each ``k`` asked (~0 for prompt lookup), ``c_other``
@@ -756,7 +756,7 @@ class AutoCost:
         one -- the shipped pair (f32, a 3.3 ms step) on a Xeon, evals in random order: 3.33 ms after
         a plain eval, 3.93 after one of 2 positions, 3.91 after 3, 4.46 after 5; an eval of ``n``
         after one of ``n`` cost no more than after a plain one (``python -m benchmarks.bench_evals``).
-        Each try therefore cost ~0.2-0.35 ``c(1)`` that no measured size held, since the plain
+        Each try therefore cost ~0.14-0.34 ``c(1)`` that no measured size held, since the plain
         step paid it and ``c(1)``'s median shrugged it off: ``k="auto"``'s tries on the pair's
         input-grounded text each lost about that. Larger or other engines show little: SmolLM2-135M
         (Q4_1, 24 ms) on llama.cpp 3-4%, transformers 0-2% (the same bench, the same Xeon).
