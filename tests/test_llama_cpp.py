@@ -208,7 +208,7 @@ def test_kv_rollback_removes_and_never_reruns(sv, llamas, hf_tokenizer):
     assert removed > 0 and target.positions_removed == removed
     # llama.cpp's own memory holds exactly the adapter's record, and the record is the output.
     assert _seq_pos_max(target) == len(target._cached) - 1
-    assert target._cached == out[: len(target._cached)]
+    assert target._cached.tolist() == out[: len(target._cached)]
     # The draft's cache too: it never holds more than it was told, and it was rolled back.
     assert _seq_pos_max(draft) == len(draft._cached) - 1 and draft.positions_removed > 0
     # And the cache's state is the truth: the next rows from the rolled-back
@@ -222,6 +222,42 @@ def test_kv_rollback_removes_and_never_reruns(sv, llamas, hf_tokenizer):
     assert fresh.tokens_fed == len(out)
     torch.testing.assert_close(rows, fresh_rows, rtol=1e-4, atol=1e-4)
     plain_llama.reset()
+
+
+@pytest.mark.parametrize("form", ["int64", "int32", "strided"])
+def test_cache_kept_only_as_far_as_the_prefix_agrees(sv, llamas, form):
+    """A prefix that differs from the cache in its middle rolls back to the first difference, whatever
+    the prefix's form: an int64 tensor is compared by its bytes (``_logits_after``), an int32 or a
+    strided one as a list. The rows then equal a fresh eval of the whole sequence."""
+    from integrations.llama_cpp.spec_verify_llama import LlamaCppStep
+
+    _, target_llama, plain_llama = llamas
+    step = LlamaCppStep(target_llama, temperature=0, sv=sv)
+
+    def as_form(ids):
+        t = torch.tensor(ids, dtype=torch.int64)
+        if form == "int32":
+            return t.to(torch.int32)
+        if form == "strided":
+            return torch.stack([t, t], 1)[:, 0]  # a view with stride 2
+        return t
+
+    first = [5, 9, 14, 3, 22, 7, 31, 8, 12, 40, 6, 17]
+    step.target_step(as_form(first), torch.tensor([], dtype=torch.int64))
+    fed = step.tokens_fed
+    changed = first[:5] + [50] + first[6:]  # differs at position 5 of 12
+    rows = step.target_step(as_form(changed), torch.tensor([11, 2])).clone()
+    assert step.positions_removed == len(first) - 5  # kept 0..4; the rest removed
+    assert step.tokens_fed - fed == len(changed) - 5 + 2  # fed from the difference on, plus the proposal
+    assert step._cached.tolist() == changed + [11, 2]
+    fresh = LlamaCppStep(plain_llama, temperature=0, sv=sv)
+    torch.testing.assert_close(rows, fresh._feed(changed + [11, 2], rows=3), rtol=1e-4, atol=1e-4)
+    # And one agreeing step more feeds one token, removing nothing.
+    removed, fed = step.positions_removed, step.tokens_fed
+    step.target_step(as_form(changed + [11, 2, 4]), torch.tensor([], dtype=torch.int64))
+    assert (step.positions_removed, step.tokens_fed) == (removed, fed + 1)
+    plain_llama.reset()
+    target_llama.reset()
 
 
 @pytest.mark.transformers

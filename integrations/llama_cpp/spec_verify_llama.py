@@ -81,6 +81,7 @@ it as ``sv=``).
 
 from __future__ import annotations
 
+import array
 import ctypes
 import time
 
@@ -166,6 +167,14 @@ def _gguf_softcap(llama) -> float | None:
     arch = meta.get("general.architecture", "")
     value = float(meta.get(f"{arch}.final_logit_softcapping", 0) or 0)
     return value if value > 0 else None
+
+
+def _int64_bytes(prefix) -> bytes | None:
+    """A 1-D contiguous int64 CPU tensor's bytes (one copy), or None for anything else (then compared as a list)."""
+    if type(prefix) is torch.Tensor and prefix.dtype is torch.int64 and prefix.is_cpu and prefix.dim() == 1 \
+            and prefix.is_contiguous():
+        return ctypes.string_at(prefix.data_ptr(), 8 * prefix.shape[0])
+    return None
 
 
 def _clear_memory(ctx) -> None:
@@ -272,7 +281,7 @@ class LlamaCppStep:
     def reset(self) -> None:
         """Empty the context's memory; forget the record and the counters."""
         _clear_memory(self.ctx)
-        self._cached: list[int] = []  # the tokens the KV cache holds, positions 0..n-1
+        self._cached = array.array("q")  # the tokens the KV cache holds, positions 0..n-1 (int64: compared as bytes, _logits_after)
         self.decode_calls = 0
         self.tokens_fed = 0
         self.positions_removed = 0
@@ -285,7 +294,7 @@ class LlamaCppStep:
         """``k`` tokens after ``prefix``: ``(tokens [k] int64, logits [k, V] float32 or None)``."""
         if self.head is not None:
             raise ValueError("a hidden=True adapter is a target: its draft_step would need logits rows")
-        logits = self._logits_for_last_rows(prefix.tolist(), rows=1)[0]
+        logits = self._logits_after(prefix, [], rows=1)[0]
         tokens = []
         rows = None
         if not self.greedy:
@@ -306,8 +315,8 @@ class LlamaCppStep:
 
         With ``hidden=True``: the hidden states ``[len(proposed) + 1, d]`` float32 (a copy) instead.
         """
-        seq = prefix.tolist() + proposed.tolist()
-        return self._logits_for_last_rows(seq, rows=len(proposed) + 1)
+        tail = proposed.tolist()
+        return self._logits_after(prefix, tail, rows=len(tail) + 1)
 
     # -- sampling --------------------------------------------------------------
 
@@ -318,10 +327,30 @@ class LlamaCppStep:
 
     # -- KV cache --------------------------------------------------------------
 
+    def _logits_after(self, prefix: torch.Tensor, tail: list, rows: int) -> torch.Tensor:
+        """The last ``rows`` rows of ``prefix + tail``: the cache kept as far as it agrees, the rest fed.
+
+        The prefix is compared as bytes (``_int64_bytes``), not as a list: a decode step's prefix
+        is every token so far, and ``tolist()`` plus a list compare is O(L) in Python objects --
+        ~160 us at 3,000 tokens right after an eval against ~45 us for one copy of its bytes and a
+        memcmp (AMD EPYC Zen 3), paid by every plain step and every round.
+        """
+        raw = _int64_bytes(prefix)
+        cached = self._cached
+        n = len(raw) // 8 if raw is not None else 0
+        keep = max(0, min(len(cached), n + len(tail) - rows))
+        if raw is None or keep > n:  # not a plain int64 prefix (or the rows end inside it): by lists
+            return self._logits_for_last_rows(prefix.tolist() + tail, rows)
+        if not raw.startswith(memoryview(cached)[:keep]):  # one memcmp in the usual case; else find the split
+            ids = array.array("q", raw[: 8 * keep])
+            keep = next(i for i in range(keep) if cached[i] != ids[i])
+        self._rollback(keep)
+        return self._feed(array.array("q", raw[8 * keep:]).tolist() + tail, rows)
+
     def _logits_for_last_rows(self, seq: list, rows: int) -> torch.Tensor:
         cached = self._cached
         keep = min(len(cached), len(seq) - rows)
-        if cached[:keep] != seq[:keep]:  # one C-speed compare in the usual case; else find the split
+        if cached[:keep].tolist() != seq[:keep]:  # one C-speed compare in the usual case; else find the split
             keep = next(i for i in range(keep) if cached[i] != seq[i])
         self._rollback(keep)
         return self._feed(seq[keep:], rows)
