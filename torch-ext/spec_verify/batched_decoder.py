@@ -164,19 +164,18 @@ class _Proposal:
     masses) and ``budgets`` each sequence's draft tokens in it; ``asked`` what each sequence's
     draft was asked for (its reach's evidence); ``seconds`` the draft's time and
     ``asked_of_draft`` the tokens it was asked for then; ``probe`` a plain step's judged token;
-    ``looked`` whether the draft was asked before ``k`` was chosen (looking ahead); ``rests`` a
-    resting round's plain step (``AutoCost.rested``: nothing looked at, chosen or recorded).
+    ``looked`` whether the draft was asked before ``k`` was chosen (looking ahead). (A resting
+    round has none: ``_plain_round``.)
     """
 
     __slots__ = ("k", "predicted", "keys", "tokens", "rows", "budgets", "asked", "seconds", "asked_of_draft",
-                 "probe", "looked", "rests")
+                 "probe", "looked")
 
     def __init__(self, k, predicted, keys, tokens, rows, budgets, asked, seconds, asked_of_draft, probe=None,
-                 looked=True, rests=False):
+                 looked=True):
         self.k, self.predicted, self.keys = k, predicted, keys
         self.tokens, self.rows, self.budgets, self.asked = tokens, rows, budgets, asked
         self.seconds, self.asked_of_draft, self.probe, self.looked = seconds, asked_of_draft, probe, looked
-        self.rests = rests
 
 
 class _DecodeLoop:
@@ -218,6 +217,7 @@ class _DecodeLoop:
                 raise ValueError(f'k_max applies only to k="auto", got k={k!r} and k_max={k_max!r}')
             self.k = check_int("k", k, 0)
             self.auto = None
+        self._plain_only = self.auto is None and self.k == 0  # every round a plain step (_plain_round)
         self.greedy = bool(greedy)
         if method not in ("token", "block"):
             raise ValueError(f'method must be "token" or "block", got {method!r}')
@@ -269,6 +269,8 @@ class _DecodeLoop:
 
     def _round(self, sequences: list, active: list, on_commit) -> list:
         """One batch round over the unfinished sequences ``active``; returns those still unfinished."""
+        if self._plain_only or (self.auto is not None and self.auto.rest(len(active))):
+            return self._plain_round(sequences, active, on_commit)
         stats = self.stats
         t0 = time.perf_counter()
         # Draft at most remaining - 1: a round emits accepted + 1 tokens.
@@ -287,7 +289,7 @@ class _DecodeLoop:
         stats.batch_rounds += 1
         still = self._commit_round(sequences, active, draft_tokens, budgets, accepted, next_tokens, on_commit)
         stats.record_choice(prop.k, prop.predicted)
-        if self.auto is not None and not prop.rests:
+        if self.auto is not None:
             # With head=, verification computes the head's logits of every row: it is part of
             # the target eval's cost per width, not a constant.
             t_eval = t3 - t1 if self.head is not None else t2 - t1
@@ -311,17 +313,34 @@ class _DecodeLoop:
                              seconds=seconds if looked else None)
         return still
 
+    def _plain_round(self, sequences: list, active: list, on_commit) -> list:
+        """A plain step for every sequence in ``active``: nothing drafted, one target row each, and
+        its argmax or a draw from it -- a fixed ``k = 0``, or ``k="auto"`` resting (``AutoCost.rested``).
+
+        ``_round``'s target, verify and commit phases with nothing proposed, and nothing looked at,
+        chosen or recorded. Why a path of its own: on a tiny model the Python between two evals
+        is a few percent of a token, and a plain step through ``_round`` built the caps, the
+        proposal and its record for nothing (DESIGN.md, "k = auto": the loop's own cost).
+        """
+        stats = self.stats
+        no_draft = self._no_draft(len(active))
+        budgets = [0] * len(active)
+        t1 = time.perf_counter()
+        target_rows = self._target_round([sequences[b].filled for b in active], no_draft, active)
+        t2 = time.perf_counter()
+        accepted, next_tokens = self._verify_round(target_rows, no_draft, None, budgets)
+        stats.target_seconds += t2 - t1
+        stats.verify_seconds += time.perf_counter() - t2
+        stats.batch_rounds += 1
+        stats.record_choice(0, None)
+        return self._commit_round(sequences, active, no_draft, budgets, accepted, next_tokens, on_commit)
+
     def _propose(self, prefixes: list, active: list, caps: list) -> "_Proposal":
         """Phase 1: the round's k and its proposal.
 
         A fixed k, or k="auto" without looking ahead: k first, then the draft asked for it. k="auto"
         looking ahead (``_look_ahead``): the proposal first, then k chosen knowing it.
         """
-        if self.auto is not None and self.auto.rest(len(active)):
-            # Resting (AutoCost.rested): a plain step that neither looks nor chooses.
-            nothing = [0] * len(active)
-            return _Proposal(0, None, active, self._no_draft(len(active)), None, nothing, nothing, 0.0, 0,
-                             looked=False, rests=True)
         t0 = time.perf_counter()
         look = self._look_ahead(prefixes, active, caps)
         seconds, asked_of_draft = time.perf_counter() - t0, max(caps)
@@ -555,15 +574,14 @@ class _DecodeLoop:
                 if draft_rows is None and k_round:
                     draft_rows = point_mass_rows(draft_tokens, target_rows, logits=self.warping is not None)
                 target_rows, draft_rows = same_dtype(target_rows, draft_rows)
-                uniforms = self._uniforms((n, k_round + 1))
+                draws = self._draws((n, k_round + 1))
                 if self.warping is None:
                     verify = verify_block_batched if self.method == "block" else verify_sampled_batched
-                    accepted, next_tokens = verify(target_rows, draft_rows, draft_tokens, num_draft_tokens,
-                                                   uniforms=uniforms)
+                    accepted, next_tokens = verify(target_rows, draft_rows, draft_tokens, num_draft_tokens, **draws)
                 else:
                     accepted, next_tokens = verify_logits_batched(target_rows, draft_rows, draft_tokens,
-                                                                  num_draft_tokens, uniforms=uniforms,
-                                                                  method=self.method, **self.warping.kwargs())
+                                                                  num_draft_tokens, method=self.method, **draws,
+                                                                  **self.warping.kwargs())
         return accepted.tolist(), next_tokens.tolist()
 
     def _verify_hidden_round(self, hidden, draft_tokens, draft_rows, budgets: list) -> tuple[list, list]:
@@ -582,18 +600,18 @@ class _DecodeLoop:
         if self._argmax_only:
             draft_rows, warp = None, dict(temperature=0.0)
         else:
-            warp = dict(uniforms=self._uniforms((n, k_round + 1)), method=self.method, **self.warping.kwargs())
+            warp = dict(self._draws((n, k_round + 1)), method=self.method, **self.warping.kwargs())
         with self._naming_the_round():
             accepted, next_tokens = verify_hidden_batched(
                 hidden, self.head, draft_tokens, torch.tensor(budgets, dtype=torch.int64), draft_rows, **warp)
         return accepted.tolist(), next_tokens.tolist()
 
-    def _verify_one_hidden(self, hidden, draft_tokens, draft_rows, uniforms) -> tuple[int, int]:
+    def _verify_one_hidden(self, hidden, draft_tokens, draft_rows) -> tuple[int, int]:
         """One sequence's ``(accepted, next token)`` by ``verify_hidden`` on the head."""
         if self._argmax_only:
             return verify_hidden(hidden, self.head, draft_tokens, temperature=0.0)
-        return verify_hidden(hidden, self.head, draft_tokens, draft_rows, uniforms=uniforms, method=self.method,
-                             **self.warping.kwargs())
+        return verify_hidden(hidden, self.head, draft_tokens, draft_rows, method=self.method,
+                             **self._draws((draft_tokens.shape[0] + 1,)), **self.warping.kwargs())
 
     def _no_draft(self, n: int) -> torch.Tensor:
         """A plain step's ``[n, 0]`` draft tokens, made once per batch size.
@@ -610,9 +628,26 @@ class _DecodeLoop:
         """The round's float64 uniforms, drawn from ``generator`` as the ops would draw them.
 
         The one place the decoder's randomness enters (a test replaces it to
-        enumerate the decoder's law exactly).
+        enumerate the decoder's law exactly); ``_draws`` leaves the drawing
+        to the op unless it is replaced.
         """
         return torch.rand(shape, dtype=torch.float64, generator=self.generator)
+
+    def _draws(self, shape: tuple) -> dict:
+        """The round's uniforms as the verify op's keyword: ``generator=`` or ``uniforms=``.
+
+        The op given ``generator`` draws exactly ``torch.rand(shape, dtype=torch.float64,
+        generator=generator)`` (tests/test_properties.py, ``test_generator_draws_match_torch_rand``;
+        the batched layout in tests/test_hidden_batched.py), so the two are the same round. Why
+        not ``uniforms=self._uniforms(shape)`` always: that is one torch call more right after the
+        target's eval has evicted the caches, ~20-40 us of a tiny model's ~3 ms step (the shipped
+        pair on llama.cpp, AMD EPYC Zen 3: a sampled plain step's own Python 57 -> 33 us over the
+        plain loop's; DESIGN.md, "k = auto": the loop's own cost). Where ``_uniforms`` is replaced
+        (on the class or the instance: the law's enumeration tests do), its uniforms are used.
+        """
+        if getattr(self._uniforms, "__func__", None) is _DecodeLoop._uniforms:
+            return {"generator": self.generator}
+        return {"uniforms": self._uniforms(shape)}
 
     def _naming_the_round(self):
         """A context that re-raises an op's ValueError / IndexError naming the round and the rows."""

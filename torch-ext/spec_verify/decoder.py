@@ -341,19 +341,18 @@ class SpeculativeDecoder(_DecodeLoop):
                                        sampled_probs=not self._argmax_only and self.warping is None, batched=False)
         with _round_errors(self.stats.batch_rounds, self._rows):
             if self.head is not None:
-                uniforms = None if self._argmax_only else self._uniforms((k_round + 1,))
-                return self._verify_one_hidden(target_rows, draft_tokens, draft_rows, uniforms)
+                return self._verify_one_hidden(target_rows, draft_tokens, draft_rows)
             if self._argmax_only:
                 return verify_greedy(target_rows, draft_tokens)
             if draft_rows is None and k_round:
                 draft_rows = point_mass_rows(draft_tokens, target_rows, logits=self.warping is not None)
             target_rows, draft_rows = same_dtype(target_rows, draft_rows)
-            uniforms = self._uniforms((k_round + 1,))
+            draws = self._draws((k_round + 1,))
             if self.warping is None:
                 verify = verify_block if self.method == "block" else verify_sampled
-                return verify(target_rows, draft_rows, draft_tokens, uniforms=uniforms)
-            return verify_logits(target_rows, draft_rows, draft_tokens, uniforms=uniforms,
-                                 method=self.method, **self.warping.kwargs())
+                return verify(target_rows, draft_rows, draft_tokens, **draws)
+            return verify_logits(target_rows, draft_rows, draft_tokens, method=self.method, **draws,
+                                 **self.warping.kwargs())
 
     # -- convenience -------------------------------------------------------------
 
