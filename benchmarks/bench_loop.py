@@ -30,8 +30,12 @@ Rows, each the median of ``--repeats`` runs of ``--tokens`` tokens, interleaved:
   draft phase's seconds (the lookup and the decoder's checks of its
   proposal) per lookup call, on a ``--prompt-tokens`` prompt.
 
-The figures are microseconds per round over ``plain``; no model, so no
-machine figure applies beyond the CPU named in the header.
+The figures are microseconds per round over ``plain``, and each row's own
+microseconds a round *outside the eval* (its wall time less the time spent
+inside the stand-in target): the first include the eval's own noise (a 40 MB
+sum moves by ±10% run to run on a shared machine, ~±200 us), the second do
+not, so two builds' loops compare by them. No model, so no machine figure
+applies beyond the CPU named in the header.
 """
 
 from __future__ import annotations
@@ -60,21 +64,28 @@ def main(argv=None) -> int:
     weights = torch.randn(int(args.eval_mb * 2**20 / 4))
     pool = torch.randn(256, args.vocab, generator=torch.Generator().manual_seed(2))
 
+    inside = [0.0]  # seconds spent inside the stand-in eval, summed (the rows' "outside" columns subtract it)
+
     def target(prefix, proposed):
+        t0 = time.perf_counter()
         weights.sum()  # the eval's pass over its weights: evicts the caches as an engine's does
         start = len(prefix) % (len(pool) - 9)  # a row per position: greedy output does not repeat
-        return pool[start: start + len(proposed) + 1]
+        rows = pool[start: start + len(proposed) + 1]
+        inside[0] += time.perf_counter() - t0
+        return rows
 
     prompt = torch.randint(0, args.vocab, (args.prompt_tokens,), generator=torch.Generator().manual_seed(1))
 
     def plain(temperature):
         g = torch.Generator().manual_seed(0)
+        inside[0] = 0.0
         start = time.perf_counter()
         for i in range(args.tokens):
             row = target(range(len(prompt) + i), ())[0]
             int(torch.argmax(row)) if temperature == 0 else int(sv.sample_draft(row, temperature=temperature,
                                                                                   generator=g))
-        return (time.perf_counter() - start) / args.tokens
+        wall = time.perf_counter() - start
+        return wall / args.tokens, (wall - inside[0]) / args.tokens
 
     per_round = collections.defaultdict(list)  # k -> tokens a round, per run
     per_look = collections.defaultdict(list)  # k -> seconds of a look-ahead, per run
@@ -85,32 +96,40 @@ def main(argv=None) -> int:
             kw["warping"] = dict(temperature=temperature)
         draft = sv.PromptLookupDraft()
         dec = sv.SpeculativeDecoder(draft, target, k=k, **kw)
+        inside[0] = 0.0
         start = time.perf_counter()
         dec.generate(prompt, args.tokens)
+        wall = time.perf_counter() - start
         per_round[k].append(dec.stats.new_tokens / dec.stats.rounds)
         if draft.calls:  # the draft phase's seconds (the lookup and the decoder's checks of it) per look
             per_look[k].append(dec.stats.draft_seconds / draft.calls)
-        return (time.perf_counter() - start) / dec.stats.rounds
+        return wall / dec.stats.rounds, (wall - inside[0]) / dec.stats.rounds
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                "unknown CPU") if os.path.exists("/proc/cpuinfo") else "unknown CPU"
     print(f"decode loop per round over a bare plain loop; {cpu}, 1 thread, V = {args.vocab}, "
           f"stand-in eval: one sum over {args.eval_mb:g} MB; a {args.prompt_tokens}-token prompt; medians of {args.repeats}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print("| mode | plain us/round | k=0: over plain | k=auto: over plain | k=auto: tokens a round | k=auto: a look |")
-    print("|---|---|---|---|---|---|")
+    print("| mode | plain us/round | k=0: over plain | k=auto: over plain | outside the eval: plain / k=0 / k=auto "
+          "| k=auto: tokens a round | k=auto: a look |")
+    print("|---|---|---|---|---|---|---|")
     for temperature in (0.0, 0.8):
         per_round.clear()
         per_look.clear()
         times = {"plain": [], "k0": [], "auto": []}
+        outside = {"plain": [], "k0": [], "auto": []}
         for _ in range(args.repeats):  # interleaved: the machine's drift hits every row alike
-            times["plain"].append(plain(temperature))
-            times["k0"].append(ours(temperature, 0))
-            times["auto"].append(ours(temperature, "auto"))
+            for name, run in (("plain", lambda: plain(temperature)), ("k0", lambda: ours(temperature, 0)),
+                              ("auto", lambda: ours(temperature, "auto"))):
+                total, own = run()
+                times[name].append(total)
+                outside[name].append(own)
         med = {name: statistics.median(v) * 1e6 for name, v in times.items()}
+        own = {name: statistics.median(v) * 1e6 for name, v in outside.items()}
         mode = "greedy" if temperature == 0 else f"T = {temperature}"
         print(f"| {mode} | {med['plain']:.0f} | {med['k0'] - med['plain']:+.0f} us | "
-              f"{med['auto'] - med['plain']:+.0f} us | {statistics.median(per_round['auto']):.2f} | "
+              f"{med['auto'] - med['plain']:+.0f} us | {own['plain']:.0f} / {own['k0']:.0f} / {own['auto']:.0f} us | "
+              f"{statistics.median(per_round['auto']):.2f} | "
               f"{statistics.median(per_look['auto']) * 1e6:.0f} us |")
     return 0
 
