@@ -33,9 +33,15 @@ kinds, beside the plain loop and ``lookup k=0``, which always run.
 Timing covers decoding only (each row's prefill runs before its clock
 starts). ``tok/s`` is by process CPU time (one thread: a wait for a core is
 not counted; a shared cache's slowdown is), ``x plain`` its ratio to the plain
-loop in the same pass, ``x wall`` the same by wall time; medians over
-``--repeats`` passes, the prompts of a pass interleaved row by row so drifting
-load falls on every row alike. ``pred x`` is what the engine's measured
+loop in the same pass, ``x wall`` the same by wall time; medians over the
+passes, the prompts of a pass interleaved row by row so drifting load falls on
+every row alike. A cell runs ``--repeats`` passes, and more (up to 15) until
+every row has decoded ``--min-seconds`` in all, so a tiny model's cell is not
+judged from one draw; with 4 or more passes ``x plain`` shows the middle half
+of its passes' ratios beside the median. ``loop us/tok`` (llama.cpp): a row's
+wall time outside ``llama_decode`` per new token -- the loop's own Python,
+free of the evals' run-to-run noise, so the plain loop's and the decoder's
+compare directly. ``pred x`` is what the engine's measured
 eval-cost curve predicts from the round's measured proposals and
 acceptances: ``new tokens / sum over rounds of (c(m+1) + m c_draft(1)) / c(1)``
 (``E[tokens/round] / (c(k+1)/c(1))`` for a fixed ``k`` that always proposes
@@ -65,6 +71,7 @@ TEMPERATURE = 0.8
 ENGINES = ("llama_cpp", "llama_cpp_head", "transformers", "transformers_head")
 MODELS = ("gemma", "smollm2", "shipped", "padded")
 COST_SIZES = range(1, 10)
+MAX_PASSES = 15  # --min-seconds adds passes up to this many (a tiny model's cell: ~9 on llama.cpp)
 # Plain decoding, every way a cell has it: the adapter's loop, the engine's own.
 PLAIN_ROWS = ("plain loop", "llama.cpp plain loop (its head)", "transformers plain loop (its head)",
               "Llama.generate plain", "generate() plain")
@@ -175,10 +182,14 @@ def _run_ours(engine, kind, k, prompt, max_new, temperature, seed):
         engine.prefill(draft, prompt)
     from .spec_engines import _timed
 
+    clock = _eval_clock(engine)
+    before = clock(target, draft) if clock else None
     cpu, wall, out = _timed(lambda: dec.generate(torch.tensor(prompt), max_new))
     st = dec.stats
     fig = dict(cpu=cpu, wall=wall, tokens=st.new_tokens, new=out.tolist()[len(prompt):],
                rounds=st.rounds, drafted=st.drafted, accepted=st.accepted, per_round=list(st.per_round))
+    if clock:
+        fig["eval"] = clock(target, draft) - before
     for name in ("k_per_round",):
         if hasattr(st, name):
             fig[name] = list(getattr(st, name))
@@ -189,12 +200,28 @@ def _run_ours(engine, kind, k, prompt, max_new, temperature, seed):
     return fig
 
 
-def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=False, kinds=ROW_KINDS) -> dict:
-    """Every row (of ``kinds``) on every prompt, ``repeats`` passes; per row the medians over passes."""
+def _eval_clock(engine):
+    """``clock(*steps) -> seconds`` inside the engine's evals, or None: llama.cpp's own adapter only (with
+    the head in our op, the head's pass is outside ``llama_decode`` and would count as the loop's)."""
+    return engine.eval_seconds if engine.name == "llama.cpp" else None
+
+
+def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=False, kinds=ROW_KINDS,
+             min_seconds: float = 0.0) -> dict:
+    """Every row (of ``kinds``) on every prompt; per row the medians over passes.
+
+    At least ``repeats`` passes, and more (up to ``MAX_PASSES``) until every row's decoding has taken
+    ``min_seconds`` of wall time in all: a tiny model's cell (the shipped pair on llama.cpp: ~0.6 s a
+    row a pass) would otherwise be judged from one or two draws of a machine whose rows move by +-5%
+    from pass to pass, against a bar 3% below plain.
+    """
     prompts = [engine.tokenize(t, chat) for t in texts]
     specs = _row_specs(engine, ks, engine.spec.has_draft, peer_n, kinds)
+    clock = _eval_clock(engine)
     passes = []  # per pass: {row name: summed figures}
-    for p in range(repeats):
+    walls: dict = {}  # row name -> wall seconds over the passes so far
+    p = 0
+    while p < repeats or (p < MAX_PASSES and min(walls.values()) < min_seconds):
         acc = {}
         for i, prompt in enumerate(prompts):
             seed = 1000 * p + i
@@ -202,6 +229,8 @@ def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=Fals
                 if kind == "plain":
                     cpu, wall, new = engine.plain(prompt, max_new, temperature, torch.Generator().manual_seed(seed))
                     figs = {name: dict(cpu=cpu, wall=wall, tokens=len(new), new=new)}
+                    if clock:
+                        figs[name]["eval"] = clock(engine.target(temperature))
                 elif kind == "peers":
                     figs = {n: dict(cpu=c, wall=w, tokens=t, new=new)
                             for n, (c, w, t, new) in engine.peers(prompt, max_new, temperature, seed, peer_n).items()}
@@ -210,14 +239,18 @@ def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=Fals
                 for n, f in figs.items():
                     a = acc.setdefault(n, dict(cpu=0.0, wall=0.0, tokens=0, rounds=0, drafted=0, accepted=0,
                                                per_round=[], k_per_round=[], outputs=[], predicted=[]))
-                    for key in ("cpu", "wall", "tokens", "rounds", "drafted", "accepted"):
-                        a[key] += f.get(key, 0)
+                    for key in ("cpu", "wall", "tokens", "rounds", "drafted", "accepted", "eval"):
+                        if key in f:
+                            a[key] = a.get(key, 0) + f[key]
                     a["per_round"] += f.get("per_round", [])
                     a["k_per_round"] += f.get("k_per_round", [])
                     a["outputs"].append(f["new"])
                     if "predicted_tokens_per_second" in f:
                         a["predicted"].append(f["predicted_tokens_per_second"])
         passes.append(acc)
+        for n, a in acc.items():
+            walls[n] = walls.get(n, 0.0) + a["wall"]
+        p += 1
     return dict(prompts=texts, prompt_tokens=[len(p) for p in prompts], passes=passes)
 
 
@@ -234,7 +267,12 @@ def summarize(cell: dict, costs: dict) -> list:
         x = [(a["tokens"] / a["cpu"]) / (b["tokens"] / b["cpu"]) for a, b in zip(per, base)]
         xw = [(a["tokens"] / a["wall"]) / (b["tokens"] / b["wall"]) for a, b in zip(per, base)]
         r = dict(row=name, tok_s=statistics.median(tok_s), x_plain=statistics.median(x),
-                 x_wall=statistics.median(xw), tokens=per[0]["tokens"])
+                 x_wall=statistics.median(xw), tokens=per[0]["tokens"], passes=len(per))
+        if len(x) >= 4:  # the middle half of the passes' ratios: how far one pass's figure moves here
+            q = statistics.quantiles(x, n=4)
+            r["x_plain_iqr"] = (q[0], q[2])
+        if all("eval" in a for a in per):  # the loop's own wall time a new token, outside the evals
+            r["loop_us"] = statistics.median((a["wall"] - a["eval"]) / a["tokens"] * 1e6 for a in per)
         a = per[0]
         if a["rounds"]:
             r["tok_round"] = a["tokens"] / a["rounds"]
@@ -282,7 +320,8 @@ def print_header(info: dict, args) -> None:
           f"transformers {info['versions'].get('transformers')}; one thread everywhere")
     if info.get("libllama"):
         print(f"libllama: {info['libllama']['path']}\n  {info['libllama']['system_info']}")
-    print(f"max_new {args.max_new}, repeats {args.repeats}, sampled = temperature {TEMPERATURE} alone; "
+    print(f"max_new {args.max_new}, repeats {args.repeats} (more until each row has decoded "
+          f"{getattr(args, 'min_seconds', 0):g} s in a cell), sampled = temperature {TEMPERATURE} alone; "
           f"peer N = {args.peer_n}")
     native = ROOT / ".cache" / "llama-native" / "bin"
     print("llama.cpp's own n-gram speculation (ngram-simple, llama-lookup) and plain decoding: "
@@ -304,17 +343,22 @@ def print_costs(engine: str, model: str, costs: dict) -> None:
 
 
 def print_cell(title: str, rows: list, diffs: dict | None) -> None:
-    print(f"\n### {title}")
-    print("| row | tok/s | x plain | x wall | tok/round | proposed/round | pred x | k mean | greedy == plain |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    """The cell's table. ``x plain`` carries the middle half of its passes' ratios where there are 4 or
+    more passes; ``loop us/tok`` (llama.cpp) is each row's wall time outside the evals a new token."""
+    passes = max((r.get("passes", 1) for r in rows), default=1)
+    print(f"\n### {title}" + (f" ({passes} passes)" if passes > 1 else ""))
+    print("| row | tok/s | x plain | x wall | tok/round | proposed/round | pred x | k mean | loop us/tok | greedy == plain |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         f = lambda key, fmt: (fmt.format(r[key]) if r.get(key) is not None else "")  # noqa: E731
         same = ""
         if diffs is not None:
             d = diffs.get(r["row"], [])
             same = "yes" if not d else "differs: " + ", ".join(f"prompt {i} at {j}" for i, j in d)
-        print(f"| {r['row']} | {r['tok_s']:.1f} | {r['x_plain']:.2f}x | {r['x_wall']:.2f}x | {f('tok_round', '{:.2f}')} "
-              f"| {f('proposed_round', '{:.2f}')} | {f('pred_x', '{:.2f}x')} | {f('k_mean', '{:.2f}')} | {same} |")
+        iqr = f" ({r['x_plain_iqr'][0]:.2f}-{r['x_plain_iqr'][1]:.2f})" if r.get("x_plain_iqr") else ""
+        print(f"| {r['row']} | {r['tok_s']:.1f} | {r['x_plain']:.2f}x{iqr} | {r['x_wall']:.2f}x | {f('tok_round', '{:.2f}')} "
+              f"| {f('proposed_round', '{:.2f}')} | {f('pred_x', '{:.2f}x')} | {f('k_mean', '{:.2f}')} "
+              f"| {f('loop_us', '{:.0f}')} | {same} |")
 
 
 def _never_slower(title: str, name: str, row: dict, best) -> list:
@@ -427,7 +471,7 @@ def run(args) -> dict:
                 texts = bench_prompts.spread(bench_prompts.prompts(spec.family, kind), args.n_prompts)
                 for mode in args.modes:
                     cell = run_cell(engine, texts, temps[mode], args.ks, args.max_new, args.repeats, args.peer_n,
-                                    kinds=args.rows)
+                                    kinds=args.rows, min_seconds=args.min_seconds)
                     rows = summarize(cell, costs)
                     diffs = same_as_plain(cell) if mode == "greedy" else None
                     title = (f"{engine.name} x {spec.name} x {kind} x {mode}: {len(texts)} prompts x "
@@ -557,7 +601,9 @@ def main(argv=None) -> None:
                         help="comma list of lookup, draft, peers (the plain loop and lookup k=0 always run)")
     parser.add_argument("--max-new", type=int, default=64)
     parser.add_argument("--n-prompts", type=int, default=3, help="prompts per kind (at most)")
-    parser.add_argument("--repeats", type=int, default=1, help="passes; medians over them")
+    parser.add_argument("--repeats", type=int, default=1, help="passes at least; medians over them")
+    parser.add_argument("--min-seconds", type=float, default=4.0,
+                        help=f"more passes (at most {MAX_PASSES}) until every row has decoded this long in a cell")
     parser.add_argument("--peer-n", default="3,10", help="the peers' N (num_pred_tokens / prompt_lookup_num_tokens)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", default=str(ROOT / "out" / "bench_spec.json"))

@@ -145,6 +145,14 @@ class LlamaEngine:
     def prefill(step, prompt: list) -> None:
         step.reset()
         step._feed(list(prompt[:-1]), rows=1)
+        step.bench_prefilled = step.decode_seconds  # eval_seconds counts from here
+
+    @staticmethod
+    def eval_seconds(*steps) -> float:
+        """Seconds inside ``llama_decode`` since each adapter's prefill (``prefill``), summed: what the
+        bench's ``loop us/tok`` column takes from a row's wall time (the loop's own time, without the
+        evals' run-to-run noise)."""
+        return sum(s.decode_seconds - getattr(s, "bench_prefilled", 0.0) for s in steps if s is not None)
 
     def plain(self, prompt: list, max_new: int, temperature: float, generator):
         """The plain loop on the target's adapter: ``(cpu s, wall s, new tokens)``, decoding only."""
