@@ -739,11 +739,13 @@ def test_a_costly_draft_is_probed_once_and_a_free_one_every_plain_step(sv, clock
         assert len(draft.calls) == (7 if probed_always else 3)
 
 
-def test_a_lookup_asked_for_less_near_the_end_stays_cheap(sv, clock):
+def test_a_lookup_asked_for_less_near_the_end_stays_cheap(sv, clock, monkeypatch):
     """A draft costing the same per call whatever it is asked (a prompt lookup) at 4% of c(1) is looked
     ahead with in every plain step, to the last token and in the next generations on the same cost
     model: the gate prices a look-ahead as measured, not a token's cost times k_max (near the end it is
-    asked for 1-3 tokens, which priced per token made it look up to 4x dearer)."""
+    asked for 1-3 tokens, which priced per token made it look up to 4x dearer). The gate alone: resting
+    is off (looks at 4% of c(1) that never pay would rest, and the rest carries to the next generation)."""
+    monkeypatch.setattr(sys.modules[sv.AutoCost.__module__], "_REST_SHARE", 1.0)
     tables = Tables(target_zeros=False)
     target = PricedTarget(tables, lambda n: 3.0, clock)
     rec = _Recording(sv, 0)
@@ -834,6 +836,45 @@ def test_the_plain_eval_after_a_try_is_not_a_sample_of_c1(sv):
     for _ in range(4):  # four plain evals after the rest, 2 s each: with c(1)'s three 1 s samples, median 2 s
         model.record(1, 0, 0, (0.0, 2.0, 0.0), [])
     assert model.curve()[1][2] == pytest.approx(0.6)  # (the first taken for an aftermath: median 1.5 s, 0.8)
+
+
+def test_what_resting_learnt_carries_to_the_next_generation(sv):
+    """new_run keeps the next rest's length and the looking rounds' realized rate (they are the
+    engine's and the draft's, like the curve): after a generation whose looks never paid, the next one
+    looks once, then rests 16 rounds between single looks. Its first round still looks, and a look that
+    pays sets the rests back to 1 round. The control: a fresh AutoCost climbs 1, 2, 4, 8, 16 again."""
+    def looks_losing(model, rounds, tokens=1.0, paying_at=None):
+        pattern = []
+        for r in range(rounds):
+            if model.rest(1):
+                pattern.append("r")
+                continue
+            pattern.append("l")
+            pays = r == paying_at
+            model.rested(1, 1 if pays else 0, 0.05, tokens=3.0 if pays else tokens, seconds=1.05)
+        return "".join(pattern)
+
+    def measured():
+        model = _auto(sv)
+        for _ in range(3):
+            model.record(1, 0, 0, (0.0, 1.0, 0.0), [])  # c(1) = 1 s; verify and commit: 0 s
+        return model
+
+    model = measured()
+    first = looks_losing(model, 80)  # 1 token in 1.05 s a look: below a plain step's rate
+    print(f"\nfirst generation: {first}")
+    assert first.startswith("l" * 5 + "r" + "l" + "rr" + "l" + "r" * 4 + "l" + "r" * 8 + "l" + "r" * 16 + "l")
+    model.new_run()
+    second = looks_losing(model, 40)
+    print(f"second generation: {second}")
+    assert second == ("l" + "r" * 16) * 2 + "lrrrrr"
+    model.new_run()
+    third = looks_losing(model, 40, paying_at=0)  # its first look pays (3 tokens): the rests start over
+    print(f"third generation, paying first: {third}")
+    assert third.startswith("l" * 2)
+    assert "r" * 9 not in third[:20]
+    fresh = looks_losing(measured(), 40)
+    assert fresh.startswith("l" * 5 + "r" + "l" + "rr")  # the control: nothing learnt, the climb from 1
 
 
 def test_resting_begins_when_looking_rounds_realize_less_than_plain_steps(sv):

@@ -144,9 +144,9 @@ class AutoCost:
     Notes
     -----
     One ``AutoCost`` lives as long as its decoder: the cost curve is the
-    engine's and carries over between ``generate`` calls; the acceptance
-    estimates are the sequences' and start afresh with each call
-    (``new_run``). Across processes, ``save`` and ``load`` carry the curve
+    engine's and carries over between ``generate`` calls, as does what
+    resting has learnt of looking (``rested``); the acceptance estimates are
+    the sequences' and start afresh with each call (``new_run``). Across processes, ``save`` and ``load`` carry the curve
     and the draft's acceptance pools per context (not the sequences' own
     estimates: a new process's prompts are new text).
 
@@ -210,15 +210,15 @@ class AutoCost:
     # -- measurements ------------------------------------------------------------
 
     def new_run(self) -> None:
-        """Forget the sequences' acceptance and reach (new prompts); keep the cost curve. Resting starts
-        afresh too: a new prompt may quote where the last one did not."""
+        """Forget the sequences' acceptance and reach (new prompts); keep the cost curve, and what
+        resting has learnt of looking on this engine (the next rest's length, the looking rounds'
+        realized rate): a new prompt's first look still comes first, and one that pays sets the rests
+        back (``rested``)."""
         self._evidence = {}
         self._idle = {}
         self._emit = {}
         self._plain_streak.clear()
         self._resting.clear()
-        self._next_rest.clear()
-        self._realized.clear()
         self._last_positions = 1
 
     # -- the curve across processes -----------------------------------------------
