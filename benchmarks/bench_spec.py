@@ -70,7 +70,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEMPERATURE = 0.8
 ENGINES = ("llama_cpp", "llama_cpp_head", "transformers", "transformers_head")
 MODELS = ("gemma", "smollm2", "shipped", "padded")
-COST_SIZES = range(1, 10)
+COST_SIZES = range(1, 18)  # to k_max + 1 (16 + 1): the carried rows' curve
 MAX_PASSES = 15  # --min-seconds adds passes up to this many (a tiny model's cell: ~9 on llama.cpp)
 # Plain decoding, every way a cell has it: the adapter's loop, the engine's own.
 PLAIN_ROWS = ("plain loop", "llama.cpp plain loop (its head)", "transformers plain loop (its head)",
@@ -157,8 +157,8 @@ def _auto_cost(engine, kind: str, temperature: float, carried: bool = False):
     costs = engine.__dict__.setdefault("_auto_costs", {})
     if (kind, temperature, carried) not in costs:
         # Without curve= when not carried: a kernel built before AutoCost took one still runs the other rows.
-        costs[(kind, temperature, carried)] = (engine.sv.AutoCost(k_max=8, curve={1: engine.carried_curve}) if carried
-                                               else engine.sv.AutoCost(k_max=8))
+        costs[(kind, temperature, carried)] = (engine.sv.AutoCost(curve={1: engine.carried_curve}) if carried
+                                               else engine.sv.AutoCost())
     return costs[(kind, temperature, carried)]
 
 

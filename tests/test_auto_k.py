@@ -21,8 +21,10 @@ to what the cost curve and the acceptance imply:
 
 from __future__ import annotations
 
+import json
 import sys
 import types
+import warnings
 
 import pytest
 import torch
@@ -495,6 +497,23 @@ def test_the_draft_pools_travel_with_the_curve(sv, tmp_path):
     assert wider.alpha((7, 5))[:4] == pytest.approx(model.alpha((7, 5)))
 
 
+def test_a_curve_from_another_machine_loads_with_a_warning(sv, tmp_path):
+    """save names the CPU; load warns when the file's CPU is not this one (curves differ by machine)."""
+    model = sv.AutoCost(k_max=4, curve={1: {1: 1.0, 2: 2.5}})
+    path = tmp_path / "auto.json"
+    model.save(path)
+    doc = json.loads(path.read_text())
+    assert doc["machine"] and doc["machine"] != "unknown CPU"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the control: this machine's own file loads silently
+        assert sv.AutoCost.load(path, k_max=4).curve() == {1: {1: 1.0, 2: 2.5}}
+    doc["machine"] = "Zilog Z80 (family 0 model 0), 1 CPUs"
+    path.write_text(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="Z80.*measured here"):
+        loaded = sv.AutoCost.load(path, k_max=4)
+    assert loaded.curve() == {1: {1: 1.0, 2: 2.5}}  # still carried: a prior, not a verdict
+
+
 def test_a_carried_curve_is_checked(sv, tmp_path):
     bad = [("not a mapping", [1.0, 2.0], TypeError), ("a batch named by a str", {"1": {1: 1.0}}, TypeError),
            ("batch 0", {0: {1: 1.0}}, ValueError), ("an inner list", {1: [1.0]}, TypeError),
@@ -544,14 +563,15 @@ def test_predicted_tokens_are_the_packages_law(sv):
             drafted = int(torch.randint(0, asked + 1, (1,), generator=gen))
             outcomes.append((seq, asked, drafted, int(torch.randint(0, drafted + 1, (1,), generator=gen))))
         model.record(2, 6, max(o[2] for o in outcomes), (0.0, 0.01, 0.0), outcomes)
-    caps = [6, 3]
-    tokens, _ = model.expected_tokens([0, 1], caps)
-    for k in range(7):
-        expect = sum(1.0 + sv.expected_accepted(torch.tensor(
-            [a * p if i < min(k, cap) else 0.0 for i, (a, p) in enumerate(zip(model.alpha(s), model.reach(s)))],
-            dtype=torch.float64)) for s, cap in zip((0, 1), caps))
-        assert tokens[k] == pytest.approx(expect, rel=1e-12), k
-    assert tokens[6] > tokens[1] > tokens[0] == 2.0  # not vacuous: evidence moved the estimates
+    for caps in ([6, 3], [2, 1], [0, 0]):  # short caps: E past the longest cap is E at it
+        tokens, _ = model.expected_tokens([0, 1], caps)
+        for k in range(7):
+            expect = sum(1.0 + sv.expected_accepted(torch.tensor(
+                [a * p if i < min(k, cap) else 0.0 for i, (a, p) in enumerate(zip(model.alpha(s), model.reach(s)))],
+                dtype=torch.float64)) for s, cap in zip((0, 1), caps))
+            assert tokens[k] == pytest.approx(expect, rel=1e-12), (caps, k)
+        if caps[0] == 6:
+            assert tokens[6] > tokens[1] > tokens[0] == 2.0  # not vacuous: evidence moved the estimates
 
 
 # ============================================================================

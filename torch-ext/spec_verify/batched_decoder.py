@@ -65,7 +65,7 @@ from .decode_checks import (
     eos_set,
     same_dtype,
 )
-from .cost_model import AutoCost
+from .cost_model import DEFAULT_K_MAX, AutoCost
 from .decode_stats import DecodeStats
 from .decode_warping import LogitsWarping, _resolve_warping, carried
 from .hidden import verify_hidden, verify_hidden_batched
@@ -210,7 +210,7 @@ class _DecodeLoop:
         elif isinstance(k, str):
             if k != "auto":
                 raise ValueError(f'k must be an int >= 0 or "auto", got {k!r}')
-            self.k = check_int("k_max", 8 if k_max is None else k_max, 1)
+            self.k = check_int("k_max", DEFAULT_K_MAX if k_max is None else k_max, 1)
             self.auto: AutoCost | None = AutoCost(self.k)
         else:
             if k_max is not None:
@@ -753,7 +753,7 @@ class BatchedSpeculativeDecoder(_DecodeLoop):
         (``verify_block_batched`` / ``verify_logits_batched(method="block")``),
         per sequence. Ignored when greedy.
     k_max : int, optional, keyword only
-        With ``k="auto"``, the most a round drafts (default 8).
+        With ``k="auto"``, the most a round drafts (default 16, ``cost_model.DEFAULT_K_MAX``).
     head : LMHead, optional, keyword only
         ``target_step`` returns the target's last hidden states
         ``[n, k + 1, d]`` (after the final norm) instead of rows, and each

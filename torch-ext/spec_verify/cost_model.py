@@ -22,7 +22,7 @@ tokens per second (DESIGN.md, "k = auto"):
   positions (per batch size): robust to a noisy machine's outliers; the
   medians are made non-decreasing in ``n`` (more positions never cost less). An ``n``
   never measured is allowed up to ``2 n_max - 1`` (exploration
-  by doubling the draft tokens: n = 2, 3, 5, 9), priced optimistically at
+  by doubling the draft tokens: n = 2, 3, 5, 9, 17), priced optimistically at
   the longest measured cost; a gap below it is interpolated, and tried
   once when predicted within 0.9x of the best (a curve is not straight). The first rounds (per batch size) are
   plain steps until ``c_target(1)`` has 3 samples, so a first call's warm-up
@@ -84,10 +84,12 @@ import json
 import math
 import numbers
 import os
+import platform
 import statistics
+import warnings
 
 
-__all__ = ["AutoCost"]
+__all__ = ["AutoCost", "DEFAULT_K_MAX"]
 
 _PRIOR_ALPHA = 0.5  # acceptance assumed at position 0 before any evidence
 _PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any evidence
@@ -109,6 +111,12 @@ _LOOK_MIN = 3.0  # ... judged once it holds this many rounds' worth
 _RETRY_FIRST = 2  # plain rounds after which a never-probed draft's own evidence is first forgotten (retry)
 _RETRY_MAX = 32  # the longest wait between retries, in plain rounds (waits double while retries fail)
 _CURVE_FORMAT = "spec-verify AutoCost curve 1"  # save's JSON, as load checks it
+# The most a k = "auto" round drafts unless told otherwise. Why 16, not 8: where the curve is flat
+# (transformers' Gemma 3 270M: 9 positions cost 2.1 c(1), 17 about as much) a copy in progress is
+# accepted a dozen tokens at a time, and k_max = 8 left it at 9 a round (input-grounded greedy, Zen 4:
+# 2.65x plain at k_max = 8, 4.02x at 16, transformers' prompt_lookup_num_tokens=10 3.42x). Where the
+# curve is steep, 17 positions are tried once, only when a proposal that long is predicted to pay.
+DEFAULT_K_MAX = 16
 
 
 class AutoCost:
@@ -116,8 +124,8 @@ class AutoCost:
 
     Parameters
     ----------
-    k_max : int, default 8
-        Largest ``k`` ever chosen.
+    k_max : int, default 16
+        Largest ``k`` ever chosen (``DEFAULT_K_MAX``).
     window : int, default 9
         Samples kept per measured cost (their median is the estimate).
     decay : float, default 0.5
@@ -155,7 +163,7 @@ class AutoCost:
     AutoCost.curve, AutoCost.save, AutoCost.load
     """
 
-    def __init__(self, k_max: int = 8, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95,
+    def __init__(self, k_max: int = DEFAULT_K_MAX, window: int = 9, decay: float = 0.5, idle_decay: float = 0.95,
                  curve=None, retry: bool = True) -> None:
         for name, value in (("k_max", k_max), ("window", window)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -257,8 +265,9 @@ class AutoCost:
         """
         pools = [[context, list(accepted), list(judged)] for context, (accepted, judged) in self._context.items()
                  if isinstance(context, (int, str)) and not isinstance(context, bool)]
-        doc = {"format": _CURVE_FORMAT, "curve": {str(b): {str(n): r for n, r in ratios.items()}
-                                                  for b, ratios in self.curve().items()}, "pools": pools}
+        doc = {"format": _CURVE_FORMAT, "machine": _machine(),
+               "curve": {str(b): {str(n): r for n, r in ratios.items()} for b, ratios in self.curve().items()},
+               "pools": pools}
         with open(os.fspath(path), "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
@@ -267,7 +276,12 @@ class AutoCost:
     def load(cls, path, **kwargs) -> "AutoCost":
         """An ``AutoCost`` carrying the curve and pools ``save`` wrote to ``path`` (``kwargs``: as ``AutoCost``'s).
 
-        Pools saved under another ``k_max`` are cut or padded with no evidence.
+        Pools saved under another ``k_max`` are cut or padded with no evidence. A file saved on
+        another machine (``save`` names the CPU and its count: ``_machine``) loads with a
+        ``RuntimeWarning``: curves differ by machine (llama.cpp's Gemma 3 270M c(2) / c(1): 1.67 on a
+        Zen 3 EPYC, 2.44 on a Zen 4), and each carried size is priced from the other machine's ratio
+        until it is measured here. Why a warning and not an error: the curve is a prior that every
+        size chosen replaces, and a fleet of like machines may share one file.
 
         Raises
         ------
@@ -285,6 +299,11 @@ class AutoCost:
             curve = _checked_curve({int(b): {int(n): r for n, r in ratios.items()} for b, ratios in doc["curve"].items()})
         except (AttributeError, TypeError, ValueError) as e:
             raise ValueError(f"AutoCost.load: {os.fspath(path)!r} holds no valid curve ({e})") from None
+        saved, here = doc.get("machine"), _machine()
+        if saved is not None and saved != here:
+            warnings.warn(f"AutoCost.load: {os.fspath(path)!r} was measured on {saved!r}, this is {here!r}: "
+                          "its sizes are priced by that machine's curve until each is measured here",
+                          RuntimeWarning, stacklevel=2)
         model = cls(curve=curve, **kwargs)
         model._context = _checked_pools(doc.get("pools", []), model.k_max, os.fspath(path))
         return model
@@ -588,7 +607,7 @@ class AutoCost:
         longest = max(measured)
         if longest < positions <= max(2, 2 * longest - 1):
             # Optimistic: at least the longest measured eval's cost. Explored by doubling the draft
-            # tokens (n = 2, 3, 5, 9: k = 1, 2, 4, 8): a short generation reaches k_max in a few rounds,
+            # tokens (n = 2, 3, 5, 9, 17: k = 1, 2, 4, 8, 16): a short generation reaches k_max in a few rounds,
             # a steep curve (llama.cpp computing every logits row) costs a step or two, and a step in
             # a curve (transformers' GEMM blocking at 4 rows) is explored past. Why k, not n (2, 4, 8,
             # 9 before): the gap below a step was interpolated from the step -- transformers' c(3) =
@@ -663,6 +682,9 @@ class AutoCost:
         tokens = [0.0] * (self.k_max + 1)
         reaches = []
         cache = self._emit
+        # Past the longest cap no sequence adds a token: E[tokens | k] there is E at that cap (filled
+        # below), and a plain stretch's rounds (caps 0-3) skip most of k_max's positions.
+        top = min(self.k_max, max(caps, default=0))
         for s, cap in zip(seqs, caps):
             cached = cache.get(s)
             if cached is None:
@@ -671,12 +693,13 @@ class AutoCost:
             emit, reach = cached
             total = prefix = 1.0
             tokens[0] += total
-            for k in range(1, self.k_max + 1):
+            for k in range(1, top + 1):
                 if k <= cap:
                     prefix *= emit[k - 1]
                     total += prefix
                 tokens[k] += total
             reaches.append((reach, cap))
+        tokens[top + 1:] = [tokens[top]] * (self.k_max - top)
         return tokens, reaches
 
     def choose(self, seqs: list, caps: list) -> tuple:
@@ -804,6 +827,28 @@ class AutoCost:
                 else:
                     head += (ge[k] - ge[k + 1]) * cost[k]
         return out
+
+
+def _machine() -> str:
+    """The CPU a curve is measured on, as ``save`` names it: model name, x86 family and model, CPU count.
+
+    Why family and model: a VM's model name may be the vendor alone ("AMD EPYC" on a Zen 3 and a Zen 4).
+    From ``/proc/cpuinfo`` on Linux; elsewhere ``platform.processor()`` (or the architecture).
+    """
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']} model {fields['model']})"
+    return f"{name}, {os.cpu_count() or 1} CPUs"
 
 
 def _checked_curve(curve) -> dict:

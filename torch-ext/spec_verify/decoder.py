@@ -173,7 +173,8 @@ class SpeculativeDecoder(_DecodeLoop):
         or block verification (``verify_block`` / ``verify_logits(method="block")``,
         never fewer tokens per round in expectation). Ignored when greedy.
     k_max : int, optional, keyword only
-        With ``k="auto"``, the most a round drafts (default 8); an error with a fixed ``k``.
+        With ``k="auto"``, the most a round drafts (default 16, ``cost_model.DEFAULT_K_MAX``); an error
+        with a fixed ``k``.
     head : LMHead, optional, keyword only
         The LM head inside verification: ``target_step`` returns the target's
         last hidden states ``[len(proposed) + 1, d]`` (after the final norm)
