@@ -102,6 +102,7 @@ _POSITION_WEIGHT = 4.0  # a draft model's pool: each position shrunk towards its
 _POOL_OPTIMISM = 1.5  # ... that rate taken this many standard errors high: a pool of few rounds is explored (alpha)
 _PROBE_SHARE = 0.05  # the draft is looked ahead with (and probed) while a look-ahead costs at most this share of c_target(1)
 _CONTEXT_DECAY = 0.98  # a context's pooled evidence, forgotten this much per sequence's round recorded in it
+_POOL_IDLE_DECAY = 0.99  # a draft model's pool, forgotten this much per plain round that asked it nothing (record)
 _DRAFT_POOL = "draft"  # the pool of keys without a context (a draft model): its acceptance over every run
 _REST_SHARE = 0.02  # a round's own work (all but the eval) above this share of c_target(1): plain stretches rest
 _REST_AFTER = 8  # chosen plain steps in a row before the first rest
@@ -347,8 +348,10 @@ class AutoCost:
         self._other[batch].append(rest_s)
         self._medians.pop(("other", batch), None)
         emit = self._emit
+        idle_pool = False  # a plain key asked nothing this round: the draft's pool ages (below)
         for outcome in outcomes:
             seq, n_asked, n_drafted, n_accepted = outcome[:4]
+            idle_pool = idle_pool or (not n_asked and _context_of(seq) == _DRAFT_POOL)
             probs = outcome[4] if len(outcome) > 4 else None
             emit.pop(seq, None)
             acc, judged, ext, reached = self._evidence.setdefault(seq, [[0.0] * self.k_max for _ in range(4)])
@@ -378,6 +381,31 @@ class AutoCost:
                 ext[i] += float(i < n_drafted)
             if self.retry:
                 self._count_idle(seq, n_asked, n_accepted, self._evidence[seq])
+        if idle_pool and self.retry and _DRAFT_POOL in self._context:
+            self._age_pool()
+
+    def _age_pool(self) -> None:
+        """A plain round that asked a draft model nothing: its pool forgets ``_POOL_IDLE_DECAY`` (retry).
+
+        Why: the pool is a new or retried sequence's prior, and it learns only from rounds that
+        draft. Measured on text where the draft does not pay (accepted ~0.74 a position: the shipped
+        pair on llama.cpp, input-grounded, a Zen 4 whose curve is steep), it kept saying so on text
+        where it does (~0.87: open prose, where ``k = 8`` ran 1.20x plain), and the draft was never
+        tried again: auto 0.79 of ``k = 8`` (docs/performance.md, sixteenth session). Aged, the pool
+        thins over plain rounds as it does over drafting ones (``_CONTEXT_DECAY``), and a retried
+        sequence priced from a thin pool is read optimistically (``_draft_priors``), so the draft is
+        tried again -- rarely while it keeps failing, since each try thickens the pool again.
+        Replayed (``python -m benchmarks.bench_auto_draft``, 21 seeds, with that machine's curve
+        added): its four greedy rows 0.71-0.87 -> 0.93-0.97 of the best fixed ``k``; all 40 rows'
+        geometric mean 0.922 -> 0.941, the worst 0.707 -> 0.822. What it costs where the draft never
+        pays: a try every ~25 recorded rounds (``tests/test_auto_k.py``: ~1.7% of a plain stretch at
+        0.99 a round, 3.2% at 0.98, which found the draft a few rounds sooner).
+        """
+        for counts in self._context[_DRAFT_POOL]:
+            for i in range(self.k_max):
+                counts[i] *= _POOL_IDLE_DECAY
+        for key in [key for key in self._emit if _context_of(key) == _DRAFT_POOL]:
+            del self._emit[key]
 
     def _count_idle(self, seq, n_asked: int, n_accepted: int, evidence: list) -> None:
         """Retrying a draft that is never probed (``retry``): forget ``seq``'s own evidence (acceptance
