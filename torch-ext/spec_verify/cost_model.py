@@ -399,7 +399,11 @@ class AutoCost:
         added): its four greedy rows 0.71-0.87 -> 0.93-0.97 of the best fixed ``k``; all 40 rows'
         geometric mean 0.922 -> 0.941, the worst 0.707 -> 0.822. What it costs where the draft never
         pays: a try every ~25 recorded rounds (``tests/test_auto_k.py``: ~1.7% of a plain stretch at
-        0.99 a round, 3.2% at 0.98, which found the draft a few rounds sooner).
+        0.99 a round, 3.2% at 0.98, which found the draft a few rounds sooner). Why recorded rounds
+        only, not the resting ones too (``rest``): tried on the engine (the shipped pair on llama.cpp,
+        Zen 4), a pool aged by up to 17 rounds between looks sent the draft into grounded text where
+        it loses, 0.82x plain against 0.97x, while the open cell rose only to 0.93 of ``k = 8``. So a
+        tiny model that rests still finds a draft that turned good late (0.82-0.87 of ``k = 8`` there).
         """
         for counts in self._context[_DRAFT_POOL]:
             for i in range(self.k_max):
