@@ -391,9 +391,9 @@ def bars(results: list) -> list:
             if fastest["row"] != "plain loop":  # stricter: the fastest plain decoding in the cell
                 out.append((cell["title"], f"{draft} auto >= 0.97x the fastest plain ({fastest['row']})",
                             auto["tok_s"] >= 0.97 * fastest["tok_s"], f"{auto['tok_s'] / fastest['tok_s']:.2f}x"))
+            own = rows.get("llama.cpp plain loop (its head)")  # a peers row: absent under --rows lookup
             if cell["engine"] == "llama_cpp_head" and draft == "lookup" and cell["model"] == "gemma" \
-                    and cell["kind"] == "grounded":
-                own = rows["llama.cpp plain loop (its head)"]
+                    and cell["kind"] == "grounded" and own is not None:
                 out.append((cell["title"], "lookup auto >= 1.3x llama.cpp's plain decoding (Gemma, grounded)",
                             auto["tok_s"] >= 1.3 * own["tok_s"], f"{auto['tok_s'] / own['tok_s']:.2f}x"))
             if draft == "lookup":

@@ -402,8 +402,9 @@ class AutoCost:
         0.99 a round, 3.2% at 0.98, which found the draft a few rounds sooner). Why recorded rounds
         only, not the resting ones too (``rest``): tried on the engine (the shipped pair on llama.cpp,
         Zen 4), a pool aged by up to 17 rounds between looks sent the draft into grounded text where
-        it loses, 0.82x plain against 0.97x, while the open cell rose only to 0.93 of ``k = 8``. So a
-        tiny model that rests still finds a draft that turned good late (0.82-0.87 of ``k = 8`` there).
+        it loses, 0.82x plain against 0.97x, while the open cell rose only to 0.93 of ``k = 8``. So on a
+        tiny model that rests, a draft that turns good late is found late or not at all (0.82-0.87 of
+        ``k = 8`` in that cell).
         """
         for counts in self._context[_DRAFT_POOL]:
             for i in range(self.k_max):
