@@ -367,7 +367,7 @@ class AutoCost:
             # Position i was judged if it was drafted and every earlier one accepted. Its evidence is
             # its acceptance probability where the decoder gives it (sampled token-wise rounds), else
             # the outcome: the same mean, and a rejection at p = 0.6 no longer reads as 0.
-            pooled = self._pooled(seq) if n_drafted else None
+            pooled = self._decayed_pool(_context_of(seq), _CONTEXT_DECAY) if n_drafted else None
             for i in range(min(n_drafted, n_accepted + 1, self.k_max)):
                 judged[i] += 1.0
                 hit = float(i < n_accepted) if probs is None else min(max(float(probs[i]), 0.0), 1.0)
@@ -382,13 +382,16 @@ class AutoCost:
             if self.retry:
                 self._count_idle(seq, n_asked, n_accepted, self._evidence[seq])
         if idle_pool and self.retry and _DRAFT_POOL in self._context:
-            self._age_pool()
+            # A plain round that asked a draft model nothing: its pool ages (see _decayed_pool).
+            self._decayed_pool(_DRAFT_POOL, _POOL_IDLE_DECAY)
 
-    def _age_pool(self) -> None:
-        """A plain round that asked a draft model nothing: its pool forgets ``_POOL_IDLE_DECAY`` (retry).
+    def _decayed_pool(self, context, keep: float) -> list:
+        """The pooled ``[accepted, judged]`` of ``context`` (``_DRAFT_POOL``: a draft model's), its counts
+        times ``keep`` for this round: ``_CONTEXT_DECAY`` for a round recorded in it, ``_POOL_IDLE_DECAY``
+        for a plain round that asked a draft model nothing (``record``, with ``retry``).
 
-        Why: the pool is a new or retried sequence's prior, and it learns only from rounds that
-        draft. Measured on text where the draft does not pay (accepted ~0.74 a position: the shipped
+        Why a draft model's pool ages over plain rounds too: the pool is a new or retried sequence's
+        prior, and it learns only from rounds that draft. Measured on text where the draft does not pay (accepted ~0.74 a position: the shipped
         pair on llama.cpp, input-grounded, a Zen 4 whose curve is steep), it kept saying so on text
         where it does (~0.87: open prose, where ``k = 8`` ran 1.20x plain), and the draft was never
         tried again: auto 0.79 of ``k = 8`` (docs/performance.md, sixteenth session). Aged, the pool
@@ -406,11 +409,13 @@ class AutoCost:
         tiny model that rests, a draft that turns good late is found late or not at all (0.82-0.87 of
         ``k = 8`` in that cell).
         """
-        for counts in self._context[_DRAFT_POOL]:
+        pooled = self._context.setdefault(context, [[0.0] * self.k_max, [0.0] * self.k_max])
+        for key in [key for key in self._emit if _context_of(key) == context]:
+            del self._emit[key]  # the pool is every such key's prior
+        for counts in pooled:
             for i in range(self.k_max):
-                counts[i] *= _POOL_IDLE_DECAY
-        for key in [key for key in self._emit if _context_of(key) == _DRAFT_POOL]:
-            del self._emit[key]
+                counts[i] *= keep
+        return pooled
 
     def _count_idle(self, seq, n_asked: int, n_accepted: int, evidence: list) -> None:
         """Retrying a draft that is never probed (``retry``): forget ``seq``'s own evidence (acceptance
@@ -582,18 +587,6 @@ class AutoCost:
             bonus = _POOL_OPTIMISM * math.sqrt(rate * (1.0 - rate) / (total_trials + 1.0))
             rate = max(rate, min(rate + bonus, (total_trials + 1.5) / (total_trials + 2.0)))  # never all-accepting
         return [(h + _POSITION_WEIGHT * rate) / (t + _POSITION_WEIGHT) for h, t in zip(hits, trials)]
-
-    def _pooled(self, seq):
-        """The pooled ``[accepted, judged]`` of ``seq``'s context (``_DRAFT_POOL`` for a plain key), decayed
-        for this round."""
-        context = _context_of(seq)
-        pooled = self._context.setdefault(context, [[0.0] * self.k_max, [0.0] * self.k_max])
-        for key in [key for key in self._emit if _context_of(key) == context]:
-            del self._emit[key]  # the pool is every such key's prior
-        for counts in pooled:
-            for i in range(self.k_max):
-                counts[i] *= _CONTEXT_DECAY
-        return pooled
 
     def reach(self, seq) -> list:
         """``P(the draft proposes position i | it proposed i - 1 and was asked for i)`` for ``seq``.
