@@ -78,6 +78,19 @@ CURVES = {
     "llama.cpp Gemma, Zen 2": [1.0, 1.80, 3.46, 2.37, 3.53, 3.18, 4.30, 3.98, 5.12],
     "llama.cpp + head Gemma, Zen 2": [1.0, 1.64, 1.90, 2.09, 2.46, 2.68, 3.04, 3.40, 3.75],  # ours / ours at n = 1
     "transformers Gemma, Zen 2": [1.0, 1.79, 2.49, 2.30, 2.59, 2.52, 2.80, 2.59, 2.89],
+    # AMD EPYC (Zen 4, 32 MiB L3), 2026-12-06 (sixteenth and seventeenth sessions): to 17 positions, for
+    # k_max 16 (bench_auto_replay replays them whole; this bench reads their first 9). "native": llama.cpp's
+    # -march=native build (bench_spec --llama-lib native), whose first step is its steepest.
+    "llama.cpp Gemma, Zen 4": [1.0, 1.91, 3.44, 2.51, 3.87, 3.85, 5.46, 3.71, 5.76, 5.39, 7.20, 5.25, 8.10, 7.47,
+                               8.91, 7.72, 9.12],
+    "llama.cpp Gemma, Zen 4, native": [1.0, 2.55, 3.03, 3.20, 5.00, 5.54, 5.99, 4.78, 6.71, 7.23, 7.40, 6.20, 8.21,
+                                       8.53, 9.08, 8.56, 10.82],
+    "transformers Gemma, Zen 4": [1.0, 2.00, 2.82, 2.38, 2.29, 2.47, 2.53, 2.19, 2.55, 2.38, 2.64, 2.42, 3.08, 2.86,
+                                  2.83, 2.80, 2.96],
+    "llama.cpp SmolLM2, Zen 4": [1.0, 1.76, 2.57, 2.96, 3.80, 4.25, 3.99, 3.40, 4.30, 4.33, 5.28, 5.35, 6.03, 5.58,
+                                 6.22, 6.42, 7.11],
+    "llama.cpp SmolLM2, Zen 4, native": [1.0, 1.90, 2.68, 3.03, 3.77, 4.52, 4.92, 4.94, 5.82, 6.42, 7.16, 7.07, 8.99,
+                                         9.39, 9.50, 9.84, 10.41],
 }
 
 # Per emitted token: (P(enter a copy), P(leave it)).

@@ -27,8 +27,10 @@ seed) over the *other* prompts (those the run does not replay; the ``all``
 run has none, so there the same prompts) and loaded (``AutoCost.save`` /
 ``load``: the sizes that run measured and the draft's acceptance pools per
 match context); ``full``, ``AutoCost(curve=...)`` with the whole curve
-``c(1) .. c(9)`` and no pools (what ``bench_spec``'s ``lookup k=auto
+``c(1) .. c(k_max + 1)`` and no pools (what ``bench_spec``'s ``lookup k=auto
 carried`` row is given, from the cell's measured eval costs).
+A curve is replayed with ``k_max`` = its length - 1: 8 for the 9-position
+curves, 16 (the default since the sixteenth session) for the Zen 4's.
 Figures: tokens per unit of cost over plain's, medians over seeds. Not
 modelled: the decoder's Python, sampled mode (its draws change with k).
 """
@@ -49,13 +51,15 @@ from .bench_auto import CURVES, _eval_cost
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRACES = ROOT / "out" / "auto_traces.json"
-K_MAX = 8
+LOOK = 16  # what the recorded lookup is asked for: the longest curve's k_max
 # Which curves each model's text is priced by (bench_auto.CURVES).
 PRICED = {"gemma": ("llama.cpp Gemma", "llama.cpp + head Gemma", "transformers Gemma",
                    "llama.cpp Gemma, EPYC", "llama.cpp + head Gemma, EPYC", "transformers Gemma, EPYC",
                    "llama.cpp + head Gemma, EPYC, repacked", "llama.cpp Gemma, Zen 2", "llama.cpp + head Gemma, Zen 2",
-                   "transformers Gemma, Zen 2"),
-          "smollm2": ("llama.cpp SmolLM2", "llama.cpp + head SmolLM2", "llama.cpp SmolLM2, EPYC")}
+                   "transformers Gemma, Zen 2", "llama.cpp Gemma, Zen 4", "llama.cpp Gemma, Zen 4, native",
+                   "transformers Gemma, Zen 4"),
+          "smollm2": ("llama.cpp SmolLM2", "llama.cpp + head SmolLM2", "llama.cpp SmolLM2, EPYC",
+                      "llama.cpp SmolLM2, Zen 4", "llama.cpp SmolLM2, Zen 4, native")}
 RUNS = {"bench": (2, 64), "all": (None, 128)}
 
 
@@ -88,12 +92,12 @@ def record(sv, path: pathlib.Path, max_new: int = 160) -> dict:
 
 
 def steps(sv, trace: dict, context: str) -> list:
-    """Per position ``t``: ``(proposal length, accepted length, context)`` of a lookup asked for ``K_MAX``."""
+    """Per position ``t``: ``(proposal length, accepted length, context)`` of a lookup asked for ``LOOK``."""
     draft = sv.PromptLookupDraft()
     seq, prompt, new = trace["prompt"] + trace["new"], len(trace["prompt"]), trace["new"]
     out = []
     for t in range(len(new)):
-        tokens = draft(torch.tensor(seq[: prompt + t]), K_MAX)[0].tolist()
+        tokens = draft(torch.tensor(seq[: prompt + t]), LOOK)[0].tolist()
         accepted = next((i for i, (a, b) in enumerate(zip(tokens, new[t:])) if a != b), min(len(tokens), len(new) - t))
         # "ngram": the matched n-gram size (max_ngram = 3), recovered from the match length's bucket.
         ctx = draft.context if context == "match" else min(draft.context, 3)
@@ -113,7 +117,7 @@ def replay(model, text: list, max_new: int, curve: list, rng: random.Random, k=N
     t = cost = 0
     while t < max_new:
         got, accepted, ctx = text[t]
-        cap = min(K_MAX, max_new - t - 1)
+        cap = min(len(curve) - 1, max_new - t - 1)
         got = min(got, cap)
         key = (0, ctx if got else 0)
         if k is not None:
@@ -139,10 +143,10 @@ def run_curve(sv, texts: dict, curve: list, max_new: int, seed: int, auto=None, 
     """``({(kind, policy): x plain}, the AutoCost)`` for one seed: one AutoCost over the grounded then the
     open prompts (``auto`` if given, else a cold one); ``fixed``: the fixed k too."""
     rng = random.Random(seed)
-    auto, out = auto or sv.AutoCost(k_max=K_MAX), {}
+    auto, out = auto or sv.AutoCost(k_max=_k_max(curve)), {}
     for kind in ("grounded", "open"):
         plain = len(texts[kind]) * max_new * curve[0]
-        for policy in ["auto"] + (list(range(1, K_MAX + 1)) if fixed else []):
+        for policy in ["auto"] + (list(range(1, _k_max(curve) + 1)) if fixed else []):
             tokens = cost = 0
             for text in texts[kind]:
                 got = replay(auto if policy == "auto" else None, text, max_new, curve, rng,
@@ -152,12 +156,18 @@ def run_curve(sv, texts: dict, curve: list, max_new: int, seed: int, auto=None, 
     return out, auto
 
 
-def _saved_and_loaded(sv, auto):
+def _k_max(curve: list) -> int:
+    """The k_max a curve is replayed with: its length - 1 (9 positions: 8; 17: 16, the default since the
+    sixteenth session)."""
+    return len(curve) - 1
+
+
+def _saved_and_loaded(sv, auto, k_max: int):
     """``auto`` through ``save`` and ``AutoCost.load``: what a later process starts from."""
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "auto.json"
         auto.save(path)
-        return sv.AutoCost.load(path, k_max=K_MAX)
+        return sv.AutoCost.load(path, k_max=k_max)
 
 
 def main(argv=None) -> int:
@@ -200,14 +210,17 @@ def main(argv=None) -> int:
                     earlier = [run_curve(sv, others, CURVES[name], max_new, 500 + s, fixed=False)[1]
                                for s in range(args.seeds)]
                     per_seed["from a run"] = [run_curve(sv, texts[c0], CURVES[name], max_new, 1000 + s,
-                                                        _saved_and_loaded(sv, a), fixed=False)[0]
+                                                        _saved_and_loaded(sv, a, _k_max(CURVES[name])),
+                                                        fixed=False)[0]
                                               for s, a in enumerate(earlier)]
                     per_seed["full"] = [run_curve(sv, texts[c0], CURVES[name], max_new, 1000 + s,
-                                                  sv.AutoCost(k_max=K_MAX, curve=full), fixed=False)[0]
+                                                  sv.AutoCost(k_max=_k_max(CURVES[name]), curve=full),
+                                                  fixed=False)[0]
                                         for s in range(args.seeds)]
                 for kind in ("grounded", "open"):
                     first = per_seed[contexts[0]]
-                    fixed = {k: statistics.median(r[(kind, k)] for r in first) for k in range(1, K_MAX + 1)}
+                    fixed = {k: statistics.median(r[(kind, k)] for r in first)
+                             for k in range(1, _k_max(CURVES[name]) + 1)}
                     best_k = max(fixed, key=fixed.get)
                     cells = []
                     for c in contexts + (["from a run", "full"] if args.carried else []):

@@ -29,6 +29,12 @@ Rows per cell, all on the same files, prompts, token ids and one thread:
 
 ``--rows draft`` (or ``lookup``, ``peers``, a comma list) measures only those
 kinds, beside the plain loop and ``lookup k=0``, which always run.
+``--llama-lib native`` runs llama.cpp's cells on the ``-march=native``
+library that llama.cpp's own n-gram rows (``llama-lookup``, ngram-simple)
+are built with: one library, one cost curve, so their speedups over plain
+compare as methods, not as builds. Peers' ``tok/round`` counts their model
+forwards (transformers); in sampled cells it shows the text's luck, which
+moves one prompt's tokens a round from 1.1 to 8 between seeds.
 
 Timing covers decoding only (each row's prefill runs before its clock
 starts). ``tok/s`` is by process CPU time (one thread: a wait for a core is
@@ -232,8 +238,9 @@ def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=Fals
                     if clock:
                         figs[name]["eval"] = clock(engine.target(temperature))
                 elif kind == "peers":
-                    figs = {n: dict(cpu=c, wall=w, tokens=t, new=new)
-                            for n, (c, w, t, new) in engine.peers(prompt, max_new, temperature, seed, peer_n).items()}
+                    # (cpu, wall, tokens, new[, rounds]): a peer that counts its forwards gives rounds too
+                    figs = {n: dict(cpu=r[0], wall=r[1], tokens=r[2], new=r[3], **({"rounds": r[4]} if r[4:] else {}))
+                            for n, r in engine.peers(prompt, max_new, temperature, seed, peer_n).items()}
                 else:
                     figs = {name: _run_ours(engine, kind, k, prompt, max_new, temperature, seed)}
                 for n, f in figs.items():
@@ -255,7 +262,8 @@ def run_cell(engine, texts, temperature, ks, max_new, repeats, peer_n, chat=Fals
 
 
 def summarize(cell: dict, costs: dict) -> list:
-    """Table rows: medians over passes of tok/s and x plain (CPU and wall), rounds, predictions."""
+    """Table rows: medians over passes of tok/s and x plain (CPU and wall); tokens a round, proposals, the
+    prediction and k's histogram over every pass together."""
     passes = cell["passes"]
     c_t = costs["target"]
     c_d1 = costs.get("draft", {}).get(1, 0.0)
@@ -273,21 +281,24 @@ def summarize(cell: dict, costs: dict) -> list:
             r["x_plain_iqr"] = (q[0], q[2])
         if all("eval" in a for a in per):  # the loop's own wall time a new token, outside the evals
             r["loop_us"] = statistics.median((a["wall"] - a["eval"]) / a["tokens"] * 1e6 for a in per)
-        a = per[0]
-        if a["rounds"]:
-            r["tok_round"] = a["tokens"] / a["rounds"]
-            r["proposed_round"] = a["drafted"] / a["rounds"]
+        rounds = sum(p["rounds"] for p in per)
+        if rounds:  # over every pass: one pass of sampled text is one draw of its luck (tokens/round 1.1-8)
+            r["tok_round"] = sum(p["tokens"] for p in per) / rounds
+        if per[0]["per_round"]:  # our decoder's rows (a peer's rounds are counted, not recorded)
+            r["proposed_round"] = sum(p["drafted"] for p in per) / rounds
             draft_cost = c_d1 if name.startswith("draft") else 0.0
-            cost = sum((c_t[min(m + 1, max(c_t))] + m * draft_cost) / c_t[1] for m, _ in a["per_round"])
-            r["pred_x"] = a["tokens"] / cost if cost else None
-        if a["k_per_round"]:
-            r["k_mean"] = statistics.mean(a["k_per_round"])
+            cost = sum((c_t[min(m + 1, max(c_t))] + m * draft_cost) / c_t[1] for p in per for m, _ in p["per_round"])
+            r["pred_x"] = sum(p["tokens"] for p in per) / cost if cost else None
+        chosen = [k for p in per for k in p["k_per_round"]]
+        if chosen:
+            r["k_mean"] = statistics.mean(chosen)
             hist = {}
-            for k in a["k_per_round"]:
+            for k in chosen:
                 hist[k] = hist.get(k, 0) + 1
             r["k_hist"] = dict(sorted(hist.items()))
-        if a["predicted"]:
-            r["auto_pred_tok_s"] = statistics.median(a["predicted"])
+        predicted = [x for p in per for x in p["predicted"]]
+        if predicted:
+            r["auto_pred_tok_s"] = statistics.median(predicted)
         rows.append(r)
     return rows
 
@@ -399,10 +410,15 @@ def bars(results: list) -> list:
             if draft == "lookup":
                 peers = [r for n, r in rows.items() if "PromptLookup" in n or "prompt_lookup" in n]
                 for p in peers:
+                    # Tokens a round beside: sampled text's luck (one pass: 1.1-8 a round for one prompt's
+                    # seeds, docs/performance.md, seventeenth session) shows there, not in the method.
+                    luck = (f" ({auto['tok_round']:.2f} vs {p['tok_round']:.2f} tok/round)"
+                            if "tok_round" in p and "tok_round" in auto else "")
                     out.append((cell["title"], f"lookup auto >= peer {p['row']}", auto["tok_s"] >= p["tok_s"],
-                                f"{auto['tok_s']:.1f} vs {p['tok_s']:.1f} tok/s"))
-                # llama.cpp's own n-gram loops run another build (-march=native) and their own clock: their
-                # speedup over the same build's plain decoding is what compares with auto's over the plain loop.
+                                f"{auto['tok_s']:.1f} vs {p['tok_s']:.1f} tok/s{luck}"))
+                # llama.cpp's own n-gram loops run the native build (-march=native; the bindings too when
+                # LLAMA_CPP_LIB_PATH names it: the header's libllama) and their own clock: their speedup over
+                # the same build's plain decoding is what compares with auto's over the plain loop.
                 own_plain = rows.get("llama.cpp native plain (no draft)")
                 for n, r in rows.items():
                     if own_plain is not None and n.startswith("llama.cpp native") and "plain" not in n:
@@ -606,6 +622,9 @@ def main(argv=None) -> None:
                         help=f"more passes (at most {MAX_PASSES}) until every row has decoded this long in a cell")
     parser.add_argument("--peer-n", default="3,10", help="the peers' N (num_pred_tokens / prompt_lookup_num_tokens)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--llama-lib", default=None,
+                        help="wheel, native (the build llama.cpp's own n-gram rows run: one library for both, so "
+                             "their speedups compare as methods) or a directory; default: LLAMA_CPP_LIB_PATH, else wheel")
     parser.add_argument("--json", default=str(ROOT / "out" / "bench_spec.json"))
     parser.add_argument("--invariance", action="store_true",
                         help="llama.cpp's batch-invariance check instead (integrations/llama_cpp/invariance.py)")
@@ -614,6 +633,9 @@ def main(argv=None) -> None:
     if args.report:
         report(args.report)
         return
+    from integrations.llama_cpp.bench_llama import use_llama_lib
+
+    use_llama_lib(args.llama_lib)  # before llama_cpp is first imported
     args.engine = _list(args.engine, ENGINES)
     args.model = _list(args.model, MODELS)
     args.prompts = _list(args.prompts, bench_prompts.KINDS)

@@ -570,7 +570,8 @@ class HFEngine:
 
     def peers(self, prompt: list, max_new: int, temperature: float, seed: int, lookup_n: list):
         """transformers' ``generate``: plain, and with ``prompt_lookup_num_tokens=N`` (temperature alone
-        when sampling: top_k=0, top_p=1), timed from the first new tokens' arrival."""
+        when sampling: top_k=0, top_p=1), timed from the first new tokens' arrival: ``{row name: (cpu s,
+        wall s, tokens timed, new tokens, rounds timed)}`` (a round: one forward of the model)."""
         out = {"generate() plain": self._generate(prompt, max_new, temperature, seed, None)}
         for n in lookup_n:
             out[f"generate(prompt_lookup_num_tokens={n})"] = self._generate(prompt, max_new, temperature, seed, n)
@@ -587,11 +588,17 @@ class HFEngine:
         if lookup is not None:
             kw["prompt_lookup_num_tokens"] = lookup
         ids = torch.tensor([prompt])
-        with torch.inference_mode():
-            res = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+        forwards = [0]  # the model's forward calls: the prompt's (with the first proposal), then one a round
+        hook = self.model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+        try:
+            with torch.inference_mode():
+                res = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+        finally:
+            hook.remove()
         cpu, wall = time.process_time() - clock.c0, time.perf_counter() - clock.t0
         new = res[0, len(prompt):].tolist()
-        return cpu, wall, len(new) - clock.first_new, new
+        # Timed: the tokens after the first forward's, in the rounds after it.
+        return cpu, wall, len(new) - clock.first_new, new, forwards[0] - 1
 
     def eval_costs(self, sizes, context: int = 64, calls: int = 8) -> dict:
         out = {"target": _hf_costs(self.target(0.0), sizes, context, calls)}

@@ -58,6 +58,63 @@ def test_steep_cost_curve_never_speculates_after_one_exploration(sv):
     assert chosen[-50:] == [0] * 50
 
 
+def _drive_copy(model, curve, rounds: int, miss_every: int, caps: int = 16) -> tuple:
+    """Rounds of a lookup in a long copy (context 8), looking ahead: every proposed token accepted but
+    one in ``miss_every``; a plain step's probe judges the proposal's first token. ``(k per round,
+    tokens per unit of cost over plain's)`` on ``curve[n - 1]`` seconds per eval of ``n``."""
+    key, chosen, at, tokens, cost = (0, 8), [], 0, 0, 0.0
+    for _ in range(rounds):
+        k, _ = model.choose([key], [caps])
+        run = next(j for j in range(caps + 1) if j == caps or (at + j + 1) % miss_every == 0)  # accepted run
+        hit = min(run, k)
+        model.record(1, caps, k, (0.0, curve[k], 0.0), [(key, k, k, hit)] if k else [(key, 1, 1, int(run > 0))])
+        chosen.append(k)
+        at, tokens, cost = at + hit + 1, tokens + hit + 1, cost + curve[k]
+    return chosen, tokens / cost
+
+
+def test_a_stalled_climb_jumps_once_to_a_long_copy(sv, monkeypatch):
+    """A curve whose first step is its steepest: llama.cpp's -march=native build on an AMD EPYC (Zen 4)
+    measured Gemma 3 270M at c(2) = 2.55 c(1) (with the aftermath and the loop's own time, ~3), then
+    ~0.5 a position (c(17) = 10.8). Doubling prices k = 2 at c(2), where its 3 tokens at most cannot pay,
+    and goes no further: auto ran 1.00x plain in a copy where k = 16 ran 1.44x. Stalled, a size past the
+    doubling's reach that predicts twice a plain step at the longest measured price is tried once; the
+    curve is interpolated from it, and the copy pays. Control: without the jump the climb stays stalled."""
+    curve = [1.0, 3.0] + [3.0 + 0.45 * j for j in range(1, 16)]  # c(1) .. c(17): 3.0, then +0.45 a position
+    chosen, x = _drive_copy(_auto(sv, k_max=16), curve, rounds=60, miss_every=40)
+    print(f"\nstalled climb, jumping: {x:.2f}x plain, k per round {chosen}")
+    assert chosen[:5] == [0, 0, 0, 1, 16]  # c(1); k = 1 measured (3.0: no k <= 2 can pay); the jump
+    assert min(chosen[10:]) >= 6 and x > 1.3  # priced by interpolation from c(17): long rounds, and they pay
+    cm = sys.modules[type(_auto(sv)).__module__]
+    monkeypatch.setattr(cm, "_JUMP", float("inf"))  # the control: no jump
+    control, x0 = _drive_copy(_auto(sv, k_max=16), curve, rounds=60, miss_every=40)
+    print(f"without the jump: {x0:.2f}x plain, k per round {control}")
+    assert control[4:] == [0] * 56 and x0 < 1.0
+
+
+def test_a_stalled_climb_does_not_jump_in_prose(sv, monkeypatch):
+    """The jump needs a long proposal predicted to pay twice over: in prose (a lookup rejected at its first
+    token 3 times in 4) nothing past the doubling's reach is tried, on the same curve. Control: a jump on
+    any hope (half a plain step's rate) tries k = 16 there."""
+    curve = [1.0, 3.0] + [3.0 + 0.45 * j for j in range(1, 16)]
+
+    def prose():
+        model, chosen = _auto(sv, k_max=16), []
+        for r in range(80):
+            k, _ = model.choose([(0, 1)], [16])
+            hit = 1 if r % 4 == 0 else 0
+            model.record(1, 16, k, (0.0, curve[k], 0.0),
+                         [((0, 1), k, k, min(hit, k))] if k else [((0, 1), 1, 1, hit)])
+            chosen.append(k)
+        return chosen
+
+    chosen = prose()
+    print(f"\nprose on a stalled curve: k per round {chosen}")
+    assert max(chosen) <= 2
+    monkeypatch.setattr(sys.modules[type(_auto(sv)).__module__], "_JUMP", 0.5)
+    assert max(prose()) == 16
+
+
 def test_flat_cost_curve_climbs_to_k_max_one_step_at_a_time(sv):
     model = _auto(sv, k_max=6)
     chosen = _drive(model, lambda n: 1.0 + 0.02 * (n - 1), lambda r, k: k, rounds=30)

@@ -23,7 +23,9 @@ tokens per second (DESIGN.md, "k = auto"):
   medians are made non-decreasing in ``n`` (more positions never cost less). An ``n``
   never measured is allowed up to ``2 n_max - 1`` (exploration
   by doubling the draft tokens: n = 2, 3, 5, 9, 17), priced optimistically at
-  the longest measured cost; a gap below it is interpolated, and tried
+  the longest measured cost; where that stalls (no priced k pays), a longer
+  size predicted at twice a plain step's rate at that price is tried once
+  (``_jump``: a curve whose first step is its steepest); a gap below it is interpolated, and tried
   once when predicted within 0.9x of the best (a curve is not straight). The first rounds (per batch size) are
   plain steps until ``c_target(1)`` has 3 samples, so a first call's warm-up
   cannot make plain decoding look slow; the next size up from the best,
@@ -96,6 +98,7 @@ _PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any 
 _MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before one size's median is trusted
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
 _GAP_CLOSE = 0.9  # a never-measured size between measured ones, predicted within this factor of the best, is tried once
+_JUMP = 2.0  # stalled at plain, a size past the doubling's reach predicting this many plain steps' rate is tried once
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
 _CONTEXT_WEIGHT = 1.0  # a context's pooled estimate as a prior: one round's worth (see alpha)
 _POSITION_WEIGHT = 4.0  # a draft model's pool: each position shrunk towards its rate over all positions (alpha)
@@ -750,6 +753,11 @@ class AutoCost:
             seconds = max((call + k * per_token if k else 0.0) + cost + c_other, 1e-12)
             candidates.append((tokens[k] / seconds, -k, tokens[k], seconds))
         best = max(candidates)
+        if best[1] == 0 and len(candidates) <= min(self.k_max, max(caps)):
+            # No priced k pays (the doubling has stalled), and a k the proposal allows is past its reach.
+            jump = self._jump(batch, reaches, tokens, (call, per_token, c_other), best, len(candidates))
+            if jump is not None:
+                return -jump[1], (jump[2], jump[3])
         # One step up from the best, measured once or twice, may hold an outlier that stalls the climb:
         # while it is close, measure it again (bounded: _MIN_SAMPLES rounds per size, ever). A size
         # that looked too fast is chosen anyway, and its median corrects it.
@@ -766,6 +774,47 @@ class AutoCost:
         if chosen is best:
             chosen = self._gap(batch, candidates, best)
         return -chosen[1], (chosen[2], chosen[3])
+
+    def _jump(self, batch: int, reaches: list, tokens: list, parts: tuple, best: tuple, first: int):
+        """A size past the doubling's reach worth one try, as a candidate, or None.
+
+        Doubling (``target_cost``) prices a size up to ``2 n_max - 1`` at the longest measured
+        cost, and no further; where a curve's first step is its steepest, it stalls there.
+        llama.cpp's ``-march=native`` build on an AMD EPYC (Zen 4) measured Gemma 3 270M at
+        ``c(2)`` = 2.55, ``c(3)`` = 3.03, ``c(17)`` = 10.8 ``c(1)``: ``k = 2`` cannot pay at
+        2.55 (at most 3 tokens), so ``k = 16`` was never tried, and auto ran 1.00x plain on
+        input-grounded greedy text where fixed ``k = 16`` ran 1.44x and auto with the curve
+        carried in 2.01x (docs/performance.md, seventeenth session). So when no priced ``k``
+        pays (the best is a plain step: the doubling has stalled), a size past the reach is
+        priced at the longest measured cost too (optimistic: an eval of more positions costs at
+        least as much), and tried once (per size and batch size, ever) when it predicts at least
+        ``_JUMP`` times a plain step's rate: a long match in a copy does, a sampled lookup's short
+        hopes do not. Only when stalled: while the climb goes on it reaches the size in a few
+        rounds, measuring the sizes between on the way (jumping from ``c(1)`` alone, on the empty
+        pool's prior, would try ``k = 8`` before ``k = 1``). A try measures its size, so the
+        sizes below it are priced by interpolation from then on; what one can lose is one eval
+        of that size, once. Engine, the same cell: auto 1.00x -> 2.12x plain (carried 2.06x).
+
+        ``best``: the plain step's candidate; ``first``: the first unpriced ``k`` (``choose``'s
+        candidates are ``0 .. first - 1``); ``parts``: the draft's ``(call, per_token)`` seconds
+        and ``c_other``.
+        """
+        call, per_token, c_other = parts
+        measured = self._measured(batch)
+        longest = max(measured)
+        fill = measured[longest] + self._aftermath(batch, longest, measured)
+        costs = self._expected_target_costs(batch, reaches, measured, fill=fill)
+        jump = None
+        for k in range(first, min(self.k_max, max(cap for _, cap in reaches)) + 1):
+            if self._retries[(batch, k + 1)]:
+                continue
+            seconds = max(call + k * per_token + costs[k] + c_other, 1e-12)
+            c = (tokens[k] / seconds, -k, tokens[k], seconds)
+            if c[0] >= _JUMP * best[0] and (jump is None or c > jump):
+                jump = c
+        if jump is not None:
+            self._retries[(batch, -jump[1] + 1)] += 1
+        return jump
 
     def _gap(self, batch: int, candidates: list, best: tuple) -> tuple:
         """The best candidate, or a size in a gap of the measured curve worth one try.
@@ -817,8 +866,10 @@ class AutoCost:
             return 0.0
         return max(0.0, statistics.median(self._after[(batch, max(sizes))]) - measured[1])
 
-    def _expected_target_costs(self, batch: int, reaches: list, measured: dict) -> list:
+    def _expected_target_costs(self, batch: int, reaches: list, measured: dict, fill: float | None = None) -> list:
         """``E[c_target(W + 1)]`` for every ``k`` in ``0 .. k_max`` (None: unpriced), ``W = max_b min(k, cap_b, proposed_b)``.
+
+        ``fill``: the price of every unpriced size (``_jump``'s optimism) instead of None.
 
         ``P(W >= j) = 1 - prod_b (1 - P(b proposes >= j))`` for ``j <= k`` (0 beyond), with
         ``P(b proposes >= j) = prod_{i<j} reach_b,i`` for ``j <= cap_b``: the same for every
@@ -841,6 +892,8 @@ class AutoCost:
             self._medians[key] = [c if c is None or j == 0 else c + self._aftermath(batch, j + 1, measured)
                                   for j, c in enumerate(costs)]
         cost = self._medians[key]
+        if fill is not None:
+            cost = [fill if c is None else c for c in cost]
         out, head, priced = [], 0.0, True  # head: sum_{j<k} (G_j - G_{j+1}) c(j+1); priced: no None in it
         for k in range(self.k_max + 1):
             if ge[k] <= 0.0:
