@@ -57,6 +57,7 @@ acceptances: ``new tokens / sum over rounds of (c(m+1) + m c_draft(1)) / c(1)``
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import gc
 import json
@@ -281,21 +282,18 @@ def summarize(cell: dict, costs: dict) -> list:
             r["x_plain_iqr"] = (q[0], q[2])
         if all("eval" in a for a in per):  # the loop's own wall time a new token, outside the evals
             r["loop_us"] = statistics.median((a["wall"] - a["eval"]) / a["tokens"] * 1e6 for a in per)
-        rounds = sum(p["rounds"] for p in per)
+        rounds, tokens = sum(p["rounds"] for p in per), sum(p["tokens"] for p in per)
         if rounds:  # over every pass: one pass of sampled text is one draw of its luck (tokens/round 1.1-8)
-            r["tok_round"] = sum(p["tokens"] for p in per) / rounds
+            r["tok_round"] = tokens / rounds
         if per[0]["per_round"]:  # our decoder's rows (a peer's rounds are counted, not recorded)
             r["proposed_round"] = sum(p["drafted"] for p in per) / rounds
             draft_cost = c_d1 if name.startswith("draft") else 0.0
             cost = sum((c_t[min(m + 1, max(c_t))] + m * draft_cost) / c_t[1] for p in per for m, _ in p["per_round"])
-            r["pred_x"] = sum(p["tokens"] for p in per) / cost if cost else None
+            r["pred_x"] = tokens / cost if cost else None
         chosen = [k for p in per for k in p["k_per_round"]]
         if chosen:
             r["k_mean"] = statistics.mean(chosen)
-            hist = {}
-            for k in chosen:
-                hist[k] = hist.get(k, 0) + 1
-            r["k_hist"] = dict(sorted(hist.items()))
+            r["k_hist"] = dict(sorted(collections.Counter(chosen).items()))
         predicted = [x for p in per for x in p["predicted"]]
         if predicted:
             r["auto_pred_tok_s"] = statistics.median(predicted)

@@ -745,17 +745,19 @@ class AutoCost:
         c_other = self._median("other", batch, self._other) if self._other.get(batch) else 0.0
         tokens, reaches = self.expected_tokens(seqs, caps)
         costs = self._expected_target_costs(batch, reaches, self._measured(batch))
-        candidates = []  # (rate, -k, tokens, seconds): ties go to the smaller k
-        for k in range(min(self.k_max, max(caps)) + 1):
-            cost = costs[k]
-            if cost is None:
-                continue
+
+        def candidate(k: int, cost: float) -> tuple:  # (rate, -k, tokens, seconds): ties go to the smaller k
             seconds = max((call + k * per_token if k else 0.0) + cost + c_other, 1e-12)
-            candidates.append((tokens[k] / seconds, -k, tokens[k], seconds))
+            return tokens[k] / seconds, -k, tokens[k], seconds
+
+        top = min(self.k_max, max(caps))
+        candidates = [candidate(k, costs[k]) for k in range(top + 1) if costs[k] is not None]
         best = max(candidates)
-        if best[1] == 0 and len(candidates) <= min(self.k_max, max(caps)):
-            # No priced k pays (the doubling has stalled), and a k the proposal allows is past its reach.
-            jump = self._jump(batch, reaches, tokens, (call, per_token, c_other), best, len(candidates))
+        # No priced k pays (the doubling has stalled), a k the proposal allows is past its reach, and it
+        # could predict _JUMP times a plain step's rate (its seconds are at least a plain step's, so its
+        # tokens must be _JUMP times a plain step's: a cheap test before _jump prices anything).
+        if best[1] == 0 and len(candidates) <= top and tokens[top] >= _JUMP * tokens[0]:
+            jump = self._jump(batch, reaches, candidate, best, len(candidates))
             if jump is not None:
                 return -jump[1], (jump[2], jump[3])
         # One step up from the best, measured once or twice, may hold an outlier that stalls the climb:
@@ -775,7 +777,7 @@ class AutoCost:
             chosen = self._gap(batch, candidates, best)
         return -chosen[1], (chosen[2], chosen[3])
 
-    def _jump(self, batch: int, reaches: list, tokens: list, parts: tuple, best: tuple, first: int):
+    def _jump(self, batch: int, reaches: list, candidate, best: tuple, first: int):
         """A size past the doubling's reach worth one try, as a candidate, or None.
 
         Doubling (``target_cost``) prices a size up to ``2 n_max - 1`` at the longest measured
@@ -795,11 +797,10 @@ class AutoCost:
         sizes below it are priced by interpolation from then on; what one can lose is one eval
         of that size, once. Engine, the same cell: auto 1.00x -> 2.12x plain (carried 2.06x).
 
+        ``candidate(k, cost)``: ``choose``'s candidate of ``k`` at that expected target cost;
         ``best``: the plain step's candidate; ``first``: the first unpriced ``k`` (``choose``'s
-        candidates are ``0 .. first - 1``); ``parts``: the draft's ``(call, per_token)`` seconds
-        and ``c_other``.
+        candidates are ``0 .. first - 1``).
         """
-        call, per_token, c_other = parts
         measured = self._measured(batch)
         longest = max(measured)
         fill = measured[longest] + self._aftermath(batch, longest, measured)
@@ -808,8 +809,7 @@ class AutoCost:
         for k in range(first, min(self.k_max, max(cap for _, cap in reaches)) + 1):
             if self._retries[(batch, k + 1)]:
                 continue
-            seconds = max(call + k * per_token + costs[k] + c_other, 1e-12)
-            c = (tokens[k] / seconds, -k, tokens[k], seconds)
+            c = candidate(k, costs[k])
             if c[0] >= _JUMP * best[0] and (jump is None or c > jump):
                 jump = c
         if jump is not None:
