@@ -386,7 +386,7 @@ def own_ngram_reason(bin_dir: pathlib.Path) -> str | None:
 def own_ngram_rows(bin_dir, gguf, text: str, n_prompt: int, max_new: int, temperature: float, seed: int,
                    lookup_n: list, threads: int, retokenize) -> dict:
     """llama.cpp's own n-gram speculation and plain decoding on one prompt, each a subprocess of the
-    native build (``OWN_NGRAM_ROWS``): ``{row name: (seconds, seconds, tokens, new tokens)}``.
+    native build (``OWN_NGRAM_ROWS``): ``{row name: (seconds, seconds, tokens, new tokens[, rounds])}``.
 
     Parameters
     ----------
@@ -424,6 +424,7 @@ def own_ngram_rows(bin_dir, gguf, text: str, n_prompt: int, max_new: int, temper
         Timed: the draft loops and the no-draft row, their ``decoded N tokens in S seconds`` (from the
         last prompt token's eval to the end: evals, drafting, sampling, printing; prompt eval excluded);
         llama-completion, its ``eval time = S ms / N runs`` (llama_decode of one token only: no sampling).
+        The draft loops' rows (the no-draft row too) add their rounds, the target evals (``_own_rounds``).
     """
     from integrations.llama_cpp.bench_llama import _run_own
 
@@ -443,8 +444,32 @@ def own_ngram_rows(bin_dir, gguf, text: str, n_prompt: int, max_new: int, temper
                 log = log_path.read_text(errors="replace")
             _check_prompt_count(log, n_prompt, binary)
             new = retokenize(_generated_text(log, text))[:max_new]
-            out[name.format(n=n)] = (seconds, seconds, tokens, new)
+            out[name.format(n=n)] = (seconds, seconds, tokens, new) + _own_rounds(log, binary, tokens)
     return out
+
+
+_OWN_PREDICT = re.compile(r"n_predict\s*=\s*(\d+)\s*$", re.M)
+_OWN_ACCEPT = re.compile(r"n_accept\s*=\s*(\d+)\s*$", re.M)
+
+
+def _own_rounds(log: str, binary: str, tokens: int) -> tuple:
+    """``(target evals,)`` of a draft loop's run, or ``()`` (llama-completion: one a token, not counted).
+
+    Each round of llama.cpp's draft loops emits its accepted tokens plus one, so its rounds are
+    ``n_predict - n_accept`` (the closing statistics both loops print); the bench's ``tok/round``
+    column then holds the peer's beside ours. A log without them (the logger's lost closing lines,
+    ``bench_llama._run_own``) reports none rather than a guess.
+    """
+    if binary == "llama-completion":
+        return ()
+    predict, accept = _OWN_PREDICT.findall(log), _OWN_ACCEPT.findall(log)
+    if not predict or not accept:
+        return ()
+    rounds = int(predict[-1]) - int(accept[-1])
+    if rounds <= 0 or int(predict[-1]) != tokens:
+        raise RuntimeError(f"{binary}: n_predict {predict[-1]}, n_accept {accept[-1]}, {tokens} tokens decoded: "
+                           "not a draft loop's counts")
+    return (rounds,)
 
 
 def _check_prompt_count(log: str, n_prompt: int, binary: str) -> None:
@@ -516,6 +541,12 @@ class _Clock:
         pass
 
 
+# Our decoder as a transformers user calls it: generate(..., custom_generate=..., prompt_lookup_num_tokens="auto")
+# (the batched adapter at B = 1; its AutoCost kept per model across the run's calls, as the lookup k=auto
+# rows share theirs). A row of ours, shown beside the peers, not judged as one.
+CUSTOM_AUTO = "custom_generate k=auto"
+
+
 class HFEngine:
     """One transformers model (float32, the GGUF dequantized for the real models), and the shipped draft."""
 
@@ -575,12 +606,21 @@ class HFEngine:
         out = {"generate() plain": self._generate(prompt, max_new, temperature, seed, None)}
         for n in lookup_n:
             out[f"generate(prompt_lookup_num_tokens={n})"] = self._generate(prompt, max_new, temperature, seed, n)
+        out[CUSTOM_AUTO] = self._generate(prompt, max_new, temperature, seed, "auto", custom=True)
         return out
 
-    def _generate(self, prompt, max_new, temperature, seed, lookup):
+    def _generate(self, prompt, max_new, temperature, seed, lookup, custom=False):
+        """One ``generate()`` call; ``custom``: through our ``custom_generate`` (``integrations/transformers``)."""
         torch.manual_seed(seed)
         clock = _Clock()
-        kw = dict(max_new_tokens=max_new, min_new_tokens=max_new, streamer=clock)
+        kw = dict(max_new_tokens=max_new, streamer=clock)
+        if custom:  # its eos is off (the model's generation config): every row decodes max_new tokens
+            from examples.hf_generate import INTEGRATION, use_local_kernel
+
+            use_local_kernel()
+            kw.update(custom_generate=INTEGRATION, trust_remote_code=True)
+        else:
+            kw["min_new_tokens"] = max_new  # refused by custom_generate (it changes the output)
         if temperature > 0:
             kw.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
         else:

@@ -269,6 +269,20 @@ def test_draft_length_is_num_assistant_tokens(hf):
     assert ks == [5, 3, 2, 4]
 
 
+def test_num_assistant_tokens_auto_is_the_kernels_k_auto(hf):
+    # num_assistant_tokens="auto": k chosen each round (the kernel's k="auto"): the first rounds measure plain
+    # steps, which a fixed k never does; greedy rows stay their own generate()'s.
+    tokenizer, draft, target = hf
+    batch = tokenizer(PROMPTS[:3], return_tensors="pt", padding=True)
+    stats = []
+    out = ours(target, draft, batch, max_new_tokens=MAX_NEW, decode_stats=stats, do_sample=False,
+               num_assistant_tokens="auto")
+    _check_rows(target, tokenizer, PROMPTS[:3], out, batch.input_ids.shape[1], target.generation_config.pad_token_id)
+    chosen = stats[0].k_per_round
+    print(f"\nk per round: {chosen}")
+    assert chosen[:3] == [0, 0, 0] and max(chosen) > 0 and len(set(chosen)) > 2
+
+
 # ============================================================================
 # Bad input
 # ============================================================================
@@ -292,6 +306,7 @@ BAD_CALLS = [
     (dict(num_assistant_tokens_schedule="heuristic"), r"num_assistant_tokens_schedule='heuristic'"),
     (dict(foo=1), r"model keyword arguments: foo"),
     (dict(num_assistant_tokens=0), r"num_assistant_tokens must be an int >= 1"),
+    (dict(num_assistant_tokens="fastest"), r'num_assistant_tokens must be an int >= 1 .* or "auto", got \'fastest\''),
     (dict(assistant_model=None), r"assistant_model is required"),
     (dict(attention_mask=torch.ones(2, 3, dtype=torch.int64)), r"attention_mask has shape \(2, 3\), but input_ids"),
     (dict(attention_mask="right"), r"attention_mask\[\d\] = \[1, .*0\] is not left padding"),

@@ -106,8 +106,46 @@ def test_sampled_runs_follow_the_seed_and_the_warped_support(hf):
             assert seq[i] in torch.topk(logits[i - 1], 3).indices.tolist(), (b, i)
 
 
+def test_auto_k_measures_then_speculates_and_the_next_call_starts_from_the_curve(hf):
+    # prompt_lookup_num_tokens="auto": the kernel's k="auto". A fixed k drafts from the first round; auto
+    # first measures plain steps (c(1), 3 samples), then speculates on these input-grounded rows. The
+    # curve is the model's and is kept: a second call speculates from its first round. Greedy output is
+    # each row's own generate()'s either way.
+    tokenizer, target = hf
+    batch = tokenizer(GROUNDED, return_tensors="pt", padding=True)
+    calls = 3
+    stats, outs = [], []
+    for _ in range(calls):
+        outs.append(lookup(target, batch, max_new_tokens=MAX_NEW, do_sample=False,
+                           prompt_lookup_num_tokens="auto", decode_stats=stats))
+    _check_rows(target, tokenizer, GROUNDED, outs[0], batch.input_ids.shape[1], target.generation_config.pad_token_id)
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+    first = stats[0].k_per_round
+    print(f"\nk per round, call 1: {first}; later calls: {[s.k_per_round[:6] for s in stats[1:]]}")
+    assert first[:3] == [0, 0, 0] and max(first) > 0
+    assert all(s.k_per_round[0] > 0 for s in stats[1:]), "a later call measured the curve from cold"
+
+
+def test_auto_matches_up_to_three_tokens_a_fixed_k_two_unless_told(hf):
+    # "auto" drafts with the kernel's PromptLookupDraft default (3-token n-grams: its figures are measured so);
+    # a fixed k keeps transformers' max_matching_ngram_size default of 2; a value given always wins.
+    from integrations.transformers.custom_generate.generation_options import resolve
+
+    tokenizer, target = hf
+    ids = tokenizer(GROUNDED[:1], return_tensors="pt").input_ids
+
+    def ngram(**kwargs):
+        return resolve(target, None, ids, None, None, {}, dict(do_sample=False, max_new_tokens=4, **kwargs)).max_ngram
+
+    assert ngram(prompt_lookup_num_tokens="auto") == 3
+    assert ngram(prompt_lookup_num_tokens=5) == 2
+    assert ngram(prompt_lookup_num_tokens="auto", max_matching_ngram_size=2) == 2
+    assert ngram(prompt_lookup_num_tokens=5, max_matching_ngram_size=4) == 4
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(prompt_lookup_num_tokens=0), "prompt_lookup_num_tokens must be an int >= 1"),
+    (dict(prompt_lookup_num_tokens="fast"), 'prompt_lookup_num_tokens must be an int >= 1 .* or "auto"'),
     (dict(prompt_lookup_num_tokens=3, max_matching_ngram_size=0), "max_matching_ngram_size must be an int >= 1"),
     (dict(), "assistant_model is required"),
 ])

@@ -24,6 +24,14 @@ at no model cost; rounds with no match are plain steps. Unlike transformers'
 prompt lookup, batches (``B > 1``) are served. Greedy output is plain
 ``generate()``'s; sampled output follows the target's law (point-mass drafts).
 
+With ``prompt_lookup_num_tokens="auto"`` (or ``num_assistant_tokens="auto"``
+beside a draft model) each round drafts the k in 0..16 that the kernel's
+``k="auto"`` predicts fastest from the measured cost of the model's evals
+and the rows' recent acceptance (``AutoCost``; 0 is a plain step), so a CPU
+where speculation does not pay decodes at about plain ``generate()``'s pace.
+The measured curve is kept per model for the process (``_auto_cost``): a
+second call does not measure it again.
+
 Randomness comes from torch's default generator, as in ``generate()``:
 ``torch.manual_seed`` / ``transformers.set_seed`` make sampled runs
 reproducible.
@@ -32,6 +40,7 @@ reproducible.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 
@@ -72,8 +81,9 @@ def generate(model, input_ids=None, attention_mask=None, assistant_model=None, g
         ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
         ``eos_token_id``, ``pad_token_id``, ``num_assistant_tokens`` (k),
         ``prompt_lookup_num_tokens`` (k, drafting by prompt lookup) with
-        ``max_matching_ngram_size`` (default 2), ``return_dict_in_generate``. Anything that would change the output
-        and is not implemented raises ``ValueError`` naming it.
+        ``max_matching_ngram_size`` (default 2; 3 with ``"auto"``), ``return_dict_in_generate``; either k
+        may be ``"auto"`` (module docstring). Anything that would change the output and is not implemented
+        raises ``ValueError`` naming it.
     streamer : transformers streamer, optional
         Gets the prompt, then each round's new tokens (batch size 1 only).
     inputs : torch.Tensor, optional
@@ -165,7 +175,8 @@ def _decode(model, draft, options: Options, streamer, hidden: bool = False):
         draft_step, target_step = sv.hf_batched_step_pair(draft, model, **options.warping, pad_token_id=pad,
                                                           hidden=hidden)
         warping = None
-    decoder = sv.BatchedSpeculativeDecoder(draft_step, target_step, k=options.k, greedy=options.greedy,
+    k = _auto_cost(sv, model, draft, options, hidden) if options.k == "auto" else options.k
+    decoder = sv.BatchedSpeculativeDecoder(draft_step, target_step, k=k, greedy=options.greedy,
                                            eos_token_id=options.eos_token_id, method=options.verification,
                                            warping=warping)
     on_commit = None
@@ -178,6 +189,33 @@ def _decode(model, draft, options: Options, streamer, hidden: bool = False):
         streamer.end()
     lengths = mask.sum(dim=1).tolist()
     return [out[length:] for out, length in zip(outputs, lengths)], decoder.stats
+
+
+# Per target model: {(draft, its runtime or the lookup's n-gram, head in op, greedy): (the draft's weakref, AutoCost)}.
+_AUTO_COSTS = weakref.WeakKeyDictionary()
+
+
+def _auto_cost(sv, model, draft, options: Options, hidden: bool):
+    """The ``AutoCost`` behind ``"auto"``: one per target model, draft, head and mode, kept for the process.
+
+    Why kept: the cost curve (an eval of n positions against one) is the model's on this machine,
+    and measuring it from cold costs a call its first rounds (3 plain steps, then a climb through
+    k = 1, 2, 4, ...); a server calling ``generate()`` per request would pay that every time. The
+    kernel's decoders take a shared ``AutoCost`` for this (``k=AutoCost``), and start each call's
+    acceptance estimates afresh (``AutoCost.new_run``). Keyed weakly by the model (freed with it);
+    the draft model by identity, checked alive (a freed draft's id may be reused); its runtime too
+    (the lean one's forwards cost less), or a lookup's longest n-gram (its matches' record is its own);
+    greedy and sampled apart (their acceptance pools differ).
+    Not for concurrent ``generate()`` calls on one model from several threads (an ``AutoCost`` is
+    one decoder's at a time).
+    """
+    per_model = _AUTO_COSTS.setdefault(model, {})
+    key = (None if draft is None else id(draft), options.max_ngram if draft is None else type(draft).__name__,
+           hidden, options.greedy)
+    entry = per_model.get(key)
+    if entry is None or (draft is not None and entry[0]() is not draft):
+        entry = per_model[key] = (weakref.ref(draft) if draft is not None else None, sv.AutoCost())
+    return entry[1]
 
 
 def _concatenate(options: Options, new_tokens: list) -> torch.Tensor:
