@@ -458,10 +458,12 @@ def test_decoder_k_auto_follows_the_measured_curve(sv, clock, curve, expect):
     tables = Tables(target_zeros=False)
     cost = (lambda n: 1.0 + 1.5 * (n - 1)) if curve == "steep" else (lambda n: 1.0 + 0.02 * (n - 1))
     dec = sv.SpeculativeDecoder(_perfect_draft(tables), PricedTarget(tables, cost, clock), k="auto")
-    out = dec.generate(torch.tensor([0, 1]), max_new=60)
+    # 90 tokens: a cold model's 4 plain rounds (the first one's time holds the prompt's feed: not a sample,
+    # Note [A run's first round is not timed]) and the climb to k_max = 16 take half of a 60-token run.
+    out = dec.generate(torch.tensor([0, 1]), max_new=90)
     stats = dec.stats
     print(f"\n{curve}: {stats}")
-    assert out.tolist() == tables.greedy_chain([0, 1], 60)
+    assert out.tolist() == tables.greedy_chain([0, 1], 90)
     tail = stats.k_per_round[len(stats.k_per_round) // 2:]
     # Late rounds follow the curve (near the end max_new caps k, so "8" means the most that is left).
     assert all(k == expect or (expect and k >= min(8, 4)) for k in tail[:-2])
@@ -505,6 +507,49 @@ def test_a_shared_autocost_carries_the_curve_to_a_new_decoder(sv, clock):
     cold = sv.SpeculativeDecoder(_perfect_draft(tables), target, k="auto", k_max=6)
     cold.generate(torch.tensor([2]), max_new=10)
     assert cold.stats.k_per_round[0] == 0
+
+
+class PrefillingTarget(PricedTarget):
+    """A PricedTarget whose first call after ``new_prompt()`` also feeds the prompt, as an adapter with an
+    empty cache does (HFCausalLMStep, LlamaCppStep, custom_generate's batched one): ``prefill`` units more,
+    whatever that call asks for (the decoder's prefill phase, or its first round)."""
+
+    def __init__(self, tables: Tables, cost, clock: FakeClock, prefill: float):
+        super().__init__(tables, cost, clock)
+        self.prefill, self.fresh = prefill, True
+
+    def new_prompt(self) -> None:
+        self.fresh = True
+
+    def __call__(self, prefix, proposed):
+        if self.fresh:
+            self.fresh = False
+            self.clock.charge(self.prefill * UNIT)
+        return super().__call__(prefix, proposed)
+
+
+@pytest.mark.parametrize("prefill", [0.0, 40.0])
+def test_a_runs_prompt_is_fed_before_its_first_timed_round(sv, clock, prefill):
+    # A shared AutoCost (a server's, custom_generate's per model) over short runs, each prompt fed by the run's
+    # first target call. Before the prefill phase (Note [The prefill phase]) that call was the first round's,
+    # timed as an eval of k + 1 positions: an outlier in its size's window every run, and with few rounds a run
+    # that size's median became the prompt's (c(3) = c(5) = 41 c(1) here; the first rounds' k fell 6 -> 1).
+    # prefill 0 is the control: nothing to feed, the target's own curve, the first rounds at k_max.
+    tables = Tables(target_zeros=False)
+    target = PrefillingTarget(tables, lambda n: 1.0 + 0.02 * (n - 1), clock, prefill)  # flat: k = 6 pays
+    shared = sv.AutoCost(k_max=6)
+    firsts = []
+    for run in range(12):
+        target.new_prompt()
+        dec = sv.SpeculativeDecoder(_perfect_draft(tables), target, k=shared)
+        prompt = [run % 3, (run + 1) % 3, 1]
+        out = dec.generate(torch.tensor(prompt), max_new=8)
+        assert out.tolist() == tables.greedy_chain(prompt, 8)
+        firsts.append(dec.stats.k_per_round[0])
+    curve = shared.curve()[1]
+    print(f"\nprefill {prefill}: first rounds' k {firsts}; curve {({n: round(r, 2) for n, r in curve.items()})}")
+    assert max(curve.values()) < 1.2  # the target's own: 1.0 .. 1.12
+    assert firsts[-6:] == [6] * 6
 
 
 # A curve with a step after 7 positions: c(n) = 1.0 up to n = 7, 3.0 beyond (an engine whose GEMM blocking

@@ -107,23 +107,22 @@ def test_sampled_runs_follow_the_seed_and_the_warped_support(hf):
 
 
 def test_auto_k_measures_then_speculates_and_the_next_call_starts_from_the_curve(hf):
-    # prompt_lookup_num_tokens="auto": the kernel's k="auto". A fixed k drafts from the first round; auto
-    # first measures plain steps (c(1), 3 samples), then speculates on these input-grounded rows. The
-    # curve is the model's and is kept: a second call speculates from its first round. Greedy output is
-    # each row's own generate()'s either way.
+    # prompt_lookup_num_tokens="auto": the kernel's k="auto". A fixed k drafts from the first round; auto first
+    # measures plain steps (c(1), 3 samples, no prediction), then chooses. The curve is the model's and kept: a
+    # later call predicts from its first round. (max_matching_ngram_size=4: an AutoCost no other test uses.)
+    # Greedy output is each row's own generate()'s either way.
     tokenizer, target = hf
     batch = tokenizer(GROUNDED, return_tensors="pt", padding=True)
-    calls = 3
-    stats, outs = [], []
-    for _ in range(calls):
-        outs.append(lookup(target, batch, max_new_tokens=MAX_NEW, do_sample=False,
-                           prompt_lookup_num_tokens="auto", decode_stats=stats))
-    _check_rows(target, tokenizer, GROUNDED, outs[0], batch.input_ids.shape[1], target.generation_config.pad_token_id)
-    assert all(torch.equal(o, outs[0]) for o in outs[1:])
-    first = stats[0].k_per_round
-    print(f"\nk per round, call 1: {first}; later calls: {[s.k_per_round[:6] for s in stats[1:]]}")
-    assert first[:3] == [0, 0, 0] and max(first) > 0
-    assert all(s.k_per_round[0] > 0 for s in stats[1:]), "a later call measured the curve from cold"
+    stats = []
+    short = [lookup(target, batch, max_new_tokens=3, do_sample=False, prompt_lookup_num_tokens="auto",
+                    max_matching_ngram_size=4, decode_stats=stats) for _ in range(2)]
+    out = lookup(target, batch, max_new_tokens=MAX_NEW, do_sample=False, prompt_lookup_num_tokens="auto",
+                 max_matching_ngram_size=4, decode_stats=stats)
+    print(f"\nk per round: {[s.k_per_round for s in stats]}")
+    assert stats[0].k_per_round == [0, 0, 0] and stats[0].predicted_seconds == 0.0  # cold: measuring c(1)
+    assert stats[1].predicted_seconds > 0.0  # warm: its first round already chosen from the curve
+    _check_rows(target, tokenizer, GROUNDED, out, batch.input_ids.shape[1], target.generation_config.pad_token_id)
+    assert torch.equal(short[0], short[1]) and torch.equal(short[0], out[:, : short[0].shape[1]])
 
 
 def test_auto_matches_up_to_three_tokens_a_fixed_k_two_unless_told(hf):

@@ -258,6 +258,10 @@ class _DecodeLoop:
         start = time.perf_counter()
         sequences = [_Sequence(prompt, max_new) for prompt in prompts]
         active = [b for b, seq in enumerate(sequences) if seq.stopped_by is None]
+        if self.auto is not None:
+            t0 = time.perf_counter()
+            self._prefill(sequences, active)
+            stats.prefill_seconds = time.perf_counter() - t0
         while active:
             active = self._round(sequences, active, on_commit)
         stats.new_tokens = sum(seq.length - seq.prompt_length for seq in sequences)
@@ -266,6 +270,28 @@ class _DecodeLoop:
         stats.stopped_by = reasons[0] if len(reasons) == 1 else " and ".join(reasons)
         stats.total_seconds = time.perf_counter() - start
         return [seq.filled.clone() for seq in sequences]
+
+    def _prefill(self, sequences: list, active: list) -> None:
+        """``k="auto"``: feed the prompts but their last tokens before the first round (Note [The prefill phase]).
+
+        One ``target_step`` call with nothing proposed, its rows unread and its time recorded nowhere;
+        skipped where a prompt is one token (nothing to feed before its last).
+        """
+        prefixes = [sequences[b].filled[:-1] for b in active]
+        if prefixes and min(len(p) for p in prefixes):
+            self._target_round(prefixes, self._no_draft(len(active)), active)
+
+    # Note [The prefill phase]
+    # An adapter feeds whatever its cache does not hold, so without this the first round's target call also ran
+    # the prompt (HFCausalLMStep, HFBatchedCausalLM, LlamaCppStep), and k="auto" recorded that time as an eval of
+    # k + 1 positions. Where an AutoCost is shared by many short runs (a server's; custom_generate keeps one per
+    # model) and a run has few rounds of that size, the size's median became the prompt's and auto stopped
+    # choosing it, then polluted the next size its first rounds moved to (tests/test_auto_k.py: a flat curve
+    # read c(3) = c(5) = 41 c(1) after 12 runs of 8 tokens, the first rounds' k falling from 6 to 1). Not timing
+    # a run's first round instead starves the sizes only first rounds reach (the same runs: never past k = 4).
+    # So the prompt is fed first, as its own phase: the first round's eval is then what it is recorded as. The
+    # price, only with k="auto": one call and one unread logits row per run, and for a target that keeps no
+    # cache (recomputes every prefix) one whole eval of the prompt.
 
     def _round(self, sequences: list, active: list, on_commit) -> list:
         """One batch round over the unfinished sequences ``active``; returns those still unfinished."""

@@ -60,6 +60,9 @@ class DecodeStats:
     draft_seconds, target_seconds, verify_seconds, total_seconds : float
         Wall time spent in ``draft_step``, in ``target_step``, in the verify op
         (with the decoder's own checks), and in the whole ``generate`` call.
+    prefill_seconds : float
+        ``k="auto"``: wall time of the prefill phase (the prompts fed before
+        the first round; part of ``total_seconds``, not of ``target_seconds``).
     stopped_by : str
         ``"max_new"`` or ``"eos"``; for a batch whose sequences stopped for
         both reasons, ``"eos and max_new"`` (``stopped_by_row`` has each).
@@ -98,6 +101,7 @@ class DecodeStats:
     target_seconds: float = 0.0
     verify_seconds: float = 0.0
     total_seconds: float = 0.0
+    prefill_seconds: float = 0.0
     stopped_by: str = "max_new"
     warping: Optional[LogitsWarping] = None
     batch_size: int = 1
