@@ -191,7 +191,7 @@ def _decode(model, draft, options: Options, streamer, hidden: bool = False):
     return [out[length:] for out, length in zip(outputs, lengths)], decoder.stats
 
 
-# Per target model: {(draft, its runtime or the lookup's n-gram, head in op, greedy): (the draft's weakref, AutoCost)}.
+# Per target model: {(the draft's runtime object, or the lookup's n-gram; head in op; greedy): (its weakref, AutoCost)}.
 _AUTO_COSTS = weakref.WeakKeyDictionary()
 
 
@@ -203,15 +203,14 @@ def _auto_cost(sv, model, draft, options: Options, hidden: bool):
     k = 1, 2, 4, ...); a server calling ``generate()`` per request would pay that every time. The
     kernel's decoders take a shared ``AutoCost`` for this (``k=AutoCost``), and start each call's
     acceptance estimates afresh (``AutoCost.new_run``). Keyed weakly by the model (freed with it);
-    the draft model by identity, checked alive (a freed draft's id may be reused); its runtime too
-    (the lean one's forwards cost less), or a lookup's longest n-gram (its matches' record is its own);
-    greedy and sampled apart (their acceptance pools differ).
+    the draft by the identity of what runs it (the model, or its lean runtime, whose forwards cost
+    less), checked alive (a freed draft's id may be reused), or a lookup's longest n-gram (its
+    matches' record is its own); greedy and sampled apart (their acceptance pools differ).
     Not for concurrent ``generate()`` calls on one model from several threads (an ``AutoCost`` is
     one decoder's at a time).
     """
     per_model = _AUTO_COSTS.setdefault(model, {})
-    key = (None if draft is None else id(draft), options.max_ngram if draft is None else type(draft).__name__,
-           hidden, options.greedy)
+    key = (("lookup", options.max_ngram) if draft is None else id(draft), hidden, options.greedy)
     entry = per_model.get(key)
     if entry is None or (draft is not None and entry[0]() is not draft):
         entry = per_model[key] = (weakref.ref(draft) if draft is not None else None, sv.AutoCost())
