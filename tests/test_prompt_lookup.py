@@ -34,9 +34,10 @@ def _brute_force(prefix: list, k: int, max_ngram: int, min_ngram: int) -> list:
     return _brute_force_match(prefix, k, max_ngram, min_ngram)[0]
 
 
-def _brute_force_match(prefix: list, k: int, max_ngram: int, min_ngram: int) -> tuple:
+def _brute_force_match(prefix: list, k: int, max_ngram: int, min_ngram: int, loops: bool = True) -> tuple:
     """``(proposal, context)``: the context is the match length (the n-gram grown back while the
-    tokens before it and before the suffix agree, at most 8), bucketed 1, 2, 3, 4 (4-7), 8 (8+)."""
+    tokens before it and before the suffix agree, at most 8), bucketed 1, 2, 3, 4 (4-7), 8 (8+).
+    ``loops=False``: the proposal always cut at the end of the prefix (the rule before loops)."""
     length = len(prefix)
     for n in range(max_ngram, min_ngram - 1, -1):
         if n >= length:
@@ -48,7 +49,12 @@ def _brute_force_match(prefix: list, k: int, max_ngram: int, min_ngram: int) -> 
                 while grown < 8 and start - (grown - n) - 1 >= 0 and \
                         prefix[start - (grown - n) - 1] == prefix[length - grown - 1]:
                     grown += 1
-                return prefix[start + n: start + n + k], {4: 4, 5: 4, 6: 4, 7: 4}.get(grown, min(grown, 8))
+                proposal = prefix[start + n: start + n + k]
+                period = length - (start + n)  # the match this far back: the cut leaves at most this many
+                if loops and len(proposal) < k and 2 * period <= length and \
+                        prefix[length - 2 * period: length - period] == prefix[length - period:]:
+                    proposal = [prefix[length - period + i % period] for i in range(k)]  # a loop, continued
+                return proposal, {4: 4, 5: 4, 6: 4, 7: 4}.get(grown, min(grown, 8))
     return [], 0
 
 
@@ -56,12 +62,15 @@ def _brute_force_match(prefix: list, k: int, max_ngram: int, min_ngram: int) -> 
 def test_lookup_matches_a_brute_force_scan(sv, max_ngram, min_ngram):
     rng = random.Random(max_ngram * 10 + min_ngram)
     draft = sv.PromptLookupDraft(max_ngram=max_ngram, min_ngram=min_ngram)
-    found = empty = 0
+    found = empty = loops = 0
     contexts = set()
     for trial in range(400):
         prefix = [rng.randrange(4 if trial % 2 else 12) for _ in range(rng.randrange(1, 40))]
         if trial % 5 == 0:  # a copy in progress: the prefix's own first tokens repeated after it
             prefix += prefix[: rng.randrange(len(prefix) + 1)]
+        elif trial % 5 == 1:  # a loop: a short block repeated, then some of it (continued, or not yet a loop)
+            block = [rng.randrange(12) for _ in range(rng.randrange(1, 5))]
+            prefix += block * rng.randrange(1, 4) + block[: rng.randrange(len(block))]
         k = rng.randrange(0, 7)
         tokens, rows = draft(torch.tensor(prefix), k)
         expected, context = _brute_force_match(prefix, k, max_ngram, min_ngram)
@@ -71,7 +80,8 @@ def test_lookup_matches_a_brute_force_scan(sv, max_ngram, min_ngram):
         found += bool(expected)
         empty += not expected
         contexts.add(draft.context)
-    assert found > 50 and empty > 20  # both outcomes exercised, or the test is vacuous
+        loops += expected != _brute_force_match(prefix, k, max_ngram, min_ngram, loops=False)[0]
+    assert found > 50 and empty > 20 and loops > 20  # every outcome exercised, or the test is vacuous
     assert {0, min_ngram} <= contexts and (max_ngram < 3 or {4, 8} <= contexts)  # short and long matches seen
 
 
@@ -113,10 +123,15 @@ def test_lookup_prefers_the_longest_ngram_and_the_latest_occurrence(sv):
     assert draft(torch.tensor([1, 2, 3, 4, 5, 0, 2, 3, 9, 1, 2, 3]), 2)[0].tolist() == [4, 5]
     # Two occurrences of the 2-gram "7 8": the latest (-> 2) wins over the first (-> 1).
     assert draft(torch.tensor([7, 8, 1, 7, 8, 2, 7, 8]), 3)[0].tolist() == [2, 7, 8]
-    # A repeating pattern proposes its own continuation, cut at the end of the prefix.
-    assert draft(torch.tensor([5, 5, 5, 5]), 4)[0].tolist() == [5]
+    # The tokens after the match, cut at the end of the prefix ("1 2" is 3 tokens back) ...
+    assert draft(torch.tensor([1, 2, 7, 1, 2]), 5)[0].tolist() == [7, 1, 2]
+    # ... unless the prefix ends in a loop (the last d tokens repeat the d before them): continued, up to k.
+    assert draft(torch.tensor([5, 5, 5, 5]), 4)[0].tolist() == [5, 5, 5, 5]
+    assert draft(torch.tensor([9, 1, 2, 3, 1, 2, 3]), 8)[0].tolist() == [1, 2, 3, 1, 2, 3, 1, 2]
+    # One lap is not a loop: "1 2 3" is 4 tokens back, and "7 1 2 3" follows "9 1 2 3", not itself.
+    assert draft(torch.tensor([9, 1, 2, 3, 7, 1, 2, 3]), 8)[0].tolist() == [7, 1, 2, 3]
     assert draft(torch.tensor([5]), 4)[0].tolist() == []
-    assert (draft.calls, draft.empty, draft.proposed) == (4, 1, 6)
+    assert (draft.calls, draft.empty, draft.proposed) == (7, 1, 24)
 
 
 def test_the_context_is_the_match_length_bucketed(sv):

@@ -15,9 +15,12 @@ Rules (DESIGN.md, "Prompt lookup"):
   than the prompt's first mention (llama.cpp's choice; transformers takes the
   earliest);
 * the proposal is the up-to-``k`` tokens after the match, cut at the end of the
-  prefix (so a repeating pattern proposes its own continuation); fewer than
-  ``k`` tokens, or none when nothing matches: the decoder verifies what it gets,
-  and a round with no proposal is a plain decoding step.
+  prefix -- unless the prefix ends in a loop: where the cut applies (the
+  match is ``d < k`` tokens back) and the last ``d`` tokens repeat the ``d``
+  before them, the loop is continued past the end, up to ``k`` tokens (Note
+  [A loop continues]); fewer than ``k`` tokens, or none when nothing
+  matches: the decoder verifies what it gets, and a round with no proposal
+  is a plain decoding step.
 
 The rows are ``None``: a point-mass draft (DESIGN.md, glossary). Greedy
 verification reads only target argmaxes; sampled verification reads ``None``
@@ -62,8 +65,12 @@ def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> tup
         while (at := data.rfind(pattern, 0, end)) >= 0:
             if at % _WORD == 0:  # token-aligned: the latest occurrence of this n-gram
                 e = at // _WORD + n - 1  # the index of its last token
-                after = bytearray(data[_WORD * (e + 1): _WORD * (e + 1 + k)])
-                return torch.frombuffer(after, dtype=torch.int64), _match_context(data, length, e, n)
+                after = data[_WORD * (e + 1): _WORD * (e + 1 + k)]
+                d = length - 1 - e  # how far back the match is: after holds min(k, d) tokens
+                if d < k and 2 * d <= length and data[_WORD * (length - 2 * d): _WORD * (length - d)] == after:
+                    after *= k // d + 1  # a loop in progress: continued past the end (Note [A loop continues])
+                    after = after[: _WORD * k]
+                return torch.frombuffer(bytearray(after), dtype=torch.int64), _match_context(data, length, e, n)
             end = at + len(pattern) - 1  # straddles two tokens: look again, ending before it
     return _EMPTY, 0
 
@@ -79,6 +86,21 @@ def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> tup
 # either byte order. One torch call out: the proposal is a view of a bytearray of its own.
 _WORD = 8  # bytes per int64 token
 
+
+# Note [A loop continues]
+# The tokens after the match end where the prefix ends: a match d tokens back gives at most d. Small models
+# loop (greedy text repeating a line, or a phrase), and there the latest match is one period back, so a
+# loop of 3 tokens proposed 3 a round however flat the engine's cost curve (transformers' own lookup takes
+# the earliest match and proposes its 10 from the loop's first lap). So where the cut applies and the last
+# d tokens repeat the d before them -- the loop has run at least twice -- the proposal continues it: those
+# d tokens repeated, up to k. Measured offline on the bench's plain greedy text (k = 16, every position's
+# proposal against the text that followed, accepted = the proposal's prefix that matched; 3 prompts x 128
+# tokens, llama.cpp): the shipped pair's open prose 1988 accepted of 2729 proposed -> 3761 of 5029; Gemma
+# 3 270M's open prose 2386 of 4491 -> 2578 of 4740; input-grounded text unchanged (Gemma, SmolLM2: the
+# same proposals; the shipped pair 66 more proposed of 2762, none accepted); SmolLM2's open prose 30 more
+# proposed, none accepted. Continuing after one lap instead (any cut proposal repeated): 5392 / 4992
+# proposed for 3870 / 2614 accepted, SmolLM2 421 more proposed for none. A proposal depends only on the
+# prefix, so sampled decoding stays exact whatever the rule.
 
 # A match extended back this far is a copy in progress (see _match_context).
 _LONG_MATCH = 8
@@ -163,6 +185,10 @@ class PromptLookupDraft:
     ([7, 8, 9], None)
     >>> draft(torch.tensor([1, 2, 3]), 3)[0].tolist()                  # no earlier occurrence
     []
+    >>> draft(torch.tensor([1, 2, 7, 1, 2]), 5)[0].tolist()            # cut at the end of the prefix
+    [7, 1, 2]
+    >>> draft(torch.tensor([4, 1, 2, 1, 2]), 5)[0].tolist()            # "1 2" twice: a loop, continued
+    [1, 2, 1, 2, 1]
     """
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
