@@ -22,8 +22,10 @@ the same logits bit for bit.
 
 ``--curve`` prints instead the float32 head's cost curve, n = 1 .. 9 rows:
 torch's ``h @ W.T`` (what transformers' forward of a float32 model runs)
-against ``verify_hidden`` greedy (every draft token accepted), each over
-torch's one row. Why: on an AMD EPYC (Zen 2) torch 2.13's float32 GEMM of 2
+and, where torch has it, oneDNN's matmul on the same weights
+(``torch.ops.mkldnn._linear_pointwise``: a peer every CPU build of torch
+ships, which transformers does not call) against ``verify_hidden`` greedy
+(every draft token accepted), each over torch's one row. Why: on an AMD EPYC (Zen 2) torch 2.13's float32 GEMM of 2
 or 3 rows costs ~2 and ~3 times one row (a 262,144 x 640 head: 54, 105, 155 ms;
 4 rows 118 ms), so transformers' own verification of k = 1 or 2 tokens costs
 nearly what k plain steps do, while ``verify_hidden`` reads the head once for
@@ -81,11 +83,32 @@ def interleaved_medians(fns: dict, repeats: int) -> dict:
     return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
+def _onednn_linear(w: torch.Tensor):
+    """``h -> h @ w.T`` through oneDNN's matmul (torch's own CPU build), or None where this torch has none.
+
+    Why a column of its own: on an AMD EPYC (Zen 4) torch 2.13's ``h @ W.T`` of 2 or 3 float32 rows
+    runs as 2 or 3 single-row products (2.2x and 3.2x one row on a 262,144 x 640 head), while oneDNN's
+    matmul on the same weights reads them once (1.19x, 1.28x): the engine's steep curve is torch's
+    choice of kernel, not the weights' bytes (docs/performance.md, nineteenth session).
+    """
+    op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+    if op is None or not torch.backends.mkldnn.is_available():
+        return None
+    h = torch.randn(3, w.shape[1], generator=torch.Generator().manual_seed(1))
+    try:
+        same = torch.allclose(op(h, w, None, "none", [], ""), h @ w.T, rtol=1e-4, atol=1e-4)
+    except (RuntimeError, TypeError):
+        return None
+    assert same, "oneDNN's matmul does not compute h @ W.T here"
+    return lambda h: op(h, w, None, "none", [], "")
+
+
 def head_curve(sv, args) -> int:
-    """``--curve``: a float32 head's cost for n = 1 .. 9 rows, torch's ``h @ W.T`` and ``verify_hidden``."""
+    """``--curve``: a float32 head's cost for n = 1 .. 9 rows: torch's ``h @ W.T``, oneDNN's, ``verify_hidden``."""
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(args.vocab, args.dim, generator=gen) * 0.05
     head = sv.LMHead(w)
+    onednn = _onednn_linear(w)
     fns = {}
     for n in range(1, 10):
         hidden = torch.randn(n, args.dim, generator=gen)
@@ -93,17 +116,22 @@ def head_curve(sv, args) -> int:
         assert sv.verify_hidden(hidden, head, tokens, temperature=0.0)[0] == n - 1  # every draft token accepted
         fns[("torch", n)] = lambda h=hidden: h @ w.T
         fns[("ours", n)] = lambda h=hidden, t=tokens: sv.verify_hidden(h, head, t, temperature=0.0)
+        if onednn is not None:
+            fns[("oneDNN", n)] = lambda h=hidden: onednn(h)
     load_before = os.getloadavg()
     ms = interleaved_medians(fns, args.repeats)
     base = ms[("torch", 1)]
     print(f"a float32 head, V = {args.vocab}, d = {args.dim} ({w.numel() * 4 / 1e6:.0f} MB); {cpu_name()}, "
           f"{args.threads} thread(s), head ISA {sv.build_info()['head_isa']}, load average {load_before[0]:.1f} "
           f"before / {os.getloadavg()[0]:.1f} after; medians of {args.repeats}, interleaved")
-    print("| rows | torch h @ W.T, ms | / torch 1 row | verify_hidden greedy, ms | / torch 1 row |")
-    print("|---|---|---|---|---|")
+    names = ["torch", "oneDNN", "ours"] if onednn is not None else ["torch", "ours"]
+    label = {"torch": "torch h @ W.T", "oneDNN": "oneDNN matmul", "ours": "verify_hidden greedy"}
+    print("| rows | " + " | ".join(f"{label[a]}, ms | / torch 1 row" for a in names) + " |")
+    print("|---|" + "---|---|" * len(names))
     for n in range(1, 10):
-        print(f"| {n} | {ms[('torch', n)]:.1f} | {ms[('torch', n)] / base:.2f} | {ms[('ours', n)]:.1f} "
-              f"| {ms[('ours', n)] / base:.2f} |")
+        print(f"| {n} | " + " | ".join(f"{ms[(a, n)]:.1f} | {ms[(a, n)] / base:.2f}" for a in names) + " |")
+    if onednn is None:
+        print("(no oneDNN column: this torch has no mkldnn._linear_pointwise)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"vocab": args.vocab, "dim": args.dim, "ms": {f"{a} {n}": t for (a, n), t in ms.items()}}, f,
