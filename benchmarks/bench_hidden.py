@@ -25,11 +25,12 @@ torch's ``h @ W.T`` (what transformers' forward of a float32 model runs)
 and, where torch has it, oneDNN's matmul on the same weights
 (``torch.ops.mkldnn._linear_pointwise``: a peer every CPU build of torch
 ships, which transformers does not call) against ``verify_hidden`` greedy
-(every draft token accepted), each over torch's one row. Why: on an AMD EPYC (Zen 2) torch 2.13's float32 GEMM of 2
-or 3 rows costs ~2 and ~3 times one row (a 262,144 x 640 head: 54, 105, 155 ms;
-4 rows 118 ms), so transformers' own verification of k = 1 or 2 tokens costs
-nearly what k plain steps do, while ``verify_hidden`` reads the head once for
-up to 4 rows (docs/performance.md, eleventh session).
+(every draft token accepted), each over torch's one row. Why: on an AMD
+EPYC (Zen 2) torch 2.13's float32 GEMM of 2 or 3 rows costs ~2 and ~3
+times one row (a 262,144 x 640 head: 54, 105, 155 ms; 4 rows 118 ms), so
+transformers' own verification of k = 1 or 2 tokens costs nearly what k
+plain steps do, while ``verify_hidden`` reads the head once for up to 4 rows
+(docs/performance.md, eleventh session).
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def _onednn_linear(w: torch.Tensor):
     """``h -> h @ w.T`` through oneDNN's matmul (torch's own CPU build), or None where this torch has none.
 
     Why a column of its own: on an AMD EPYC (Zen 4) torch 2.13's ``h @ W.T`` of 2 or 3 float32 rows
-    runs as 2 or 3 single-row products (2.2x and 3.2x one row on a 262,144 x 640 head), while oneDNN's
-    matmul on the same weights reads them once (1.19x, 1.28x): the engine's steep curve is torch's
-    choice of kernel, not the weights' bytes (docs/performance.md, nineteenth session).
+    runs as 2 or 3 single-row products (2.18x and 3.28x its one row on a 262,144 x 640 head), while
+    oneDNN's matmul on the same weights reads them once (0.94x and 0.99x torch's one row): the engine's
+    steep curve is torch's choice of kernel, not the weights' bytes (docs/performance.md, "Torch's small
+    GEMM").
     """
     op = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
     if op is None or not torch.backends.mkldnn.is_available():

@@ -68,8 +68,7 @@ def _lookup(prefix: torch.Tensor, k: int, max_ngram: int, min_ngram: int) -> tup
                 after = data[_WORD * (e + 1): _WORD * (e + 1 + k)]
                 d = length - 1 - e  # how far back the match is: after holds min(k, d) tokens
                 if d < k and 2 * d <= length and data[_WORD * (length - 2 * d): _WORD * (length - d)] == after:
-                    after *= k // d + 1  # a loop in progress: continued past the end (Note [A loop continues])
-                    after = after[: _WORD * k]
+                    after = (after * (k // d + 1))[: _WORD * k]  # continued past the end (Note [A loop continues])
                 return torch.frombuffer(bytearray(after), dtype=torch.int64), _match_context(data, length, e, n)
             end = at + len(pattern) - 1  # straddles two tokens: look again, ending before it
     return _EMPTY, 0
