@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_auto                 # every curve x prompt kind x mode, 5 seeds
     python -m benchmarks.bench_auto --seeds 20 --curve "transformers Gemma"
+    python -m benchmarks.bench_auto --prompts 3 --k-max 16 --seeds 40   # a cold cell, as bench_spec's
 
 A real-model bench row moves by up to ~15-25% from run to run in sampled mode
 (the draws, hence the acceptances, change with the k chosen; a shared machine's
@@ -19,10 +20,13 @@ is known, priced by eval-cost curves measured in ``make bench-real``:
   copied), *open* ones enter with 0.01 and leave with 0.2;
 * **the cost** of an eval of ``n`` positions is ``c(n)`` of the curve times
   a lognormal factor (sigma 0.05), doubled for 2% of evals (a loaded machine);
-* **a run** is 40 prompts of 64 new tokens on one shared ``AutoCost`` (the
-  bench's and a server's use: the curve is the engine's, the acceptance each
-  prompt's own), against plain decoding (64 evals of one position per prompt)
-  and every fixed k on the same text model;
+* **a run** is 40 prompts of 64 new tokens on one shared ``AutoCost`` (a
+  server's use: the curve is the engine's, the acceptance each prompt's own),
+  against plain decoding (64 evals of one position per prompt) and every
+  fixed k on the same text model; ``--prompts 3`` is a *cold cell*, as
+  ``bench_spec`` runs one (3 prompts on a fresh ``AutoCost``): there the
+  climb's tries are a larger share of the run. ``--k-max 16`` (the
+  decoder's default) runs the curves measured to 17 positions only;
 * **the policies**: ``auto, outcomes only`` (the estimate before
   2026-12-02's change: 0/1 outcomes, nothing learnt in a plain step);
   ``+ acceptance probabilities`` (a sampled judged position counts its
@@ -33,7 +37,10 @@ is known, priced by eval-cost curves measured in ``make bench-real``:
   chosen knowing the proposal's length, and the evidence is kept per
   match length (``PromptLookupDraft.context``): here a copy's match is 8+
   tokens long with 0.7, 4-7 with 0.2, else 3; prose's a 1-gram with 0.75, a
-  2-gram with 0.2, a 3-gram with 0.05); fixed ``k = 1 .. 8``.
+  2-gram with 0.2, a 3-gram with 0.05); ``the curve carried in``: auto
+  as shipped on ``AutoCost(curve=...)`` with the whole curve (no size left
+  to explore: the gap to auto is what exploring costs); fixed ``k = 1 ..
+  k_max``.
 
 The first three run on a key without a context, which since the tenth
 session is a draft model's (positions sharing one rate, ``retry``); they are
@@ -146,14 +153,16 @@ def _eval_cost(curve: list, n: int, rng: random.Random) -> float:
     return 2 * cost if rng.random() < 0.02 else cost
 
 
-# The old estimate; + acceptance probabilities; + the probe; + looking ahead (shipped).
-AUTOS = ("outcomes", "rb", "probe", "auto")
+# The old estimate; + acceptance probabilities; + the probe; + looking ahead (shipped); shipped, with the
+# whole curve carried in (AutoCost(curve=...): no size to explore, what exploring costs is the difference).
+AUTOS = ("outcomes", "rb", "probe", "auto", "carried")
 
 
 def run(sv, curve: list, kind: str, sampled: bool, policy, seed: int) -> float:
     """Tokens per unit cost over plain's, for ``policy`` = an int k or one of ``AUTOS``."""
     rng = random.Random(seed)
-    model = sv.AutoCost(k_max=K_MAX) if policy in AUTOS else None
+    carried = {1: {n: c for n, c in enumerate(curve[: K_MAX + 1], start=1)}} if policy == "carried" else None
+    model = sv.AutoCost(k_max=K_MAX, curve=carried) if policy in AUTOS else None
     tokens = cost = plain_cost = 0.0
     for _ in range(PROMPTS):
         text = Text(kind, sampled, rng)
@@ -163,7 +172,7 @@ def run(sv, curve: list, kind: str, sampled: bool, policy, seed: int) -> float:
         while left:
             cap = min(K_MAX, left - 1)
             key = 0
-            if policy == "auto" and cap > 0:
+            if policy in ("auto", "carried") and cap > 0:
                 # Looking ahead: the whole proposal first, then k chosen knowing it (and its match).
                 m = 0
                 while m < cap and text.proposes(m):
@@ -205,20 +214,30 @@ def run(sv, curve: list, kind: str, sampled: bool, policy, seed: int) -> float:
 
 
 def main(argv=None) -> int:
+    global PROMPTS, K_MAX  # run() reads them: set once here, before any run
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--curve", default=None, help="one of: " + ", ".join(CURVES))
+    ap.add_argument("--prompts", type=int, default=PROMPTS, help="prompts per run, on one AutoCost (3: a cold cell)")
+    ap.add_argument("--k-max", type=int, default=K_MAX, help="auto's k_max and the longest fixed k (16: curves to 17)")
     args = ap.parse_args(argv)
+    if args.prompts < 1 or args.k_max < 1:
+        raise SystemExit("--prompts and --k-max must be >= 1")
+    PROMPTS, K_MAX = args.prompts, args.k_max
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     from tools.kernel_loader import load_kernel
 
     sv = load_kernel()
     curves = {args.curve: CURVES[args.curve]} if args.curve else CURVES
+    curves = {name: curve for name, curve in curves.items() if len(curve) > K_MAX}
+    if not curves:
+        raise SystemExit(f"no curve measured to {K_MAX + 1} positions")
+    autos_all, carried_all = [], []  # auto as shipped, and carried, over plain, every row: the summary line
     print(f"k=auto's policy, simulated: {PROMPTS} prompts x {NEW_TOKENS} tokens per run, "
           f"medians of {args.seeds} seeds; x plain by the curve's cost\n")
     print("| curve | prompts | mode | best fixed k | auto, outcomes only (/ best) | + acceptance probabilities "
-          "| + the probe | + looking ahead: auto as shipped (/ best) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| + the probe | + looking ahead: auto as shipped (/ best) | the curve carried in (/ best) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, curve in curves.items():
         for kind in KINDS:
             for sampled in (False, True):
@@ -227,9 +246,15 @@ def main(argv=None) -> int:
                 fixed = {k: med(k) for k in range(1, K_MAX + 1)}
                 best_k = max(fixed, key=fixed.get)
                 best = fixed[best_k]
-                autos = " | ".join(f"{x:.2f}x ({x / best:.2f})" for x in map(med, AUTOS))
+                values = [med(policy) for policy in AUTOS]
+                autos_all.append(values[-2])
+                carried_all.append(values[-1])
+                autos = " | ".join(f"{x:.2f}x ({x / best:.2f})" for x in values)
                 mode = "sampled" if sampled else "greedy"
                 print(f"| {name} | {kind} | {mode} | {best:.2f}x (k={best_k}) | {autos} |")
+    print(f"\nover plain, {len(autos_all)} rows: auto as shipped lowest {min(autos_all):.3f}x, geometric mean "
+          f"{statistics.geometric_mean(autos_all):.3f}x; the curve carried in lowest {min(carried_all):.3f}x, "
+          f"geometric mean {statistics.geometric_mean(carried_all):.3f}x")
     return 0
 
 
