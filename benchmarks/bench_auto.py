@@ -246,10 +246,10 @@ def main(argv=None) -> int:
                 fixed = {k: med(k) for k in range(1, K_MAX + 1)}
                 best_k = max(fixed, key=fixed.get)
                 best = fixed[best_k]
-                values = [med(policy) for policy in AUTOS]
-                autos_all.append(values[-2])
-                carried_all.append(values[-1])
-                autos = " | ".join(f"{x:.2f}x ({x / best:.2f})" for x in values)
+                values = {policy: med(policy) for policy in AUTOS}
+                autos_all.append(values["auto"])
+                carried_all.append(values["carried"])
+                autos = " | ".join(f"{x:.2f}x ({x / best:.2f})" for x in values.values())
                 mode = "sampled" if sampled else "greedy"
                 print(f"| {name} | {kind} | {mode} | {best:.2f}x (k={best_k}) | {autos} |")
     print(f"\nover plain, {len(autos_all)} rows: auto as shipped lowest {min(autos_all):.3f}x, geometric mean "
