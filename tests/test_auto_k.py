@@ -1223,3 +1223,62 @@ def test_a_draft_attribute_named_context_that_is_not_one_is_ignored(sv, clock):
     dec = sv.SpeculativeDecoder(Draft(), target, k="auto", k_max=4)
     assert dec.generate(torch.tensor([0]), max_new=20).tolist() == tables.greedy_chain([0], 20)
     assert dec.auto._evidence and all(isinstance(key, int) for key in dec.auto._evidence)
+
+
+def _random_model(sv, rng, k_max: int):
+    """A cost model after a random history of rounds: random sizes and seconds, plain evals after longer
+    ones (aftermaths), looked-ahead drafts, accepted counts -- the states ``choose`` prices from."""
+    model = _auto(sv, k_max=k_max)
+    for _ in range(rng.randrange(3, 60)):
+        drafted = rng.choice([0, 0, 0, 1, 2, rng.randrange(k_max + 1)])
+        seconds = (rng.uniform(0.0, 0.2), rng.uniform(0.5, 3.0) * (1 + 0.3 * drafted), rng.uniform(0.0, 0.1))
+        outcome = (0, drafted, drafted, rng.randrange(drafted + 1))
+        model.record(1, drafted, drafted, seconds, [outcome], looked_ahead=rng.random() < 0.5)
+    return model
+
+
+def test_the_price_table_is_each_sizes_cost_and_aftermath(sv):
+    """``_price_table`` prices every size in one pass (Note: choose's time, DESIGN.md "k = auto": the
+    loop's own cost); it must equal ``target_cost`` plus ``_aftermath`` size by size, the per-size
+    rules it replaces in ``choose``, on 300 random histories (interpolated, optimistic, unpriced sizes,
+    aftermaths of several lengths) and on carried curves."""
+    import random
+
+    rng = random.Random(7)
+    checked = {"interpolated": 0, "unpriced": 0, "aftermath": 0}
+    for trial in range(300):
+        k_max = rng.choice([1, 4, 8, 16])
+        model = _random_model(sv, rng, k_max)
+        if trial % 5 == 0:  # a carried curve: sizes priced from another process's ratios
+            model._carried = {1: {1: 1.0, 3: 1.4, k_max + 1: 2.0 + k_max / 4}}
+            model._medians.clear()
+        measured = model._measured(1)
+        table = model._price_table(1, measured)
+        for j in range(k_max + 1):
+            n = j + 1
+            expected = model.target_cost(1, n, measured)
+            if expected is not None and n > 1:
+                after = model._aftermath(1, n, measured)
+                checked["aftermath"] += after > 0
+                expected += after
+            checked["unpriced"] += expected is None
+            checked["interpolated"] += n not in measured and expected is not None
+            assert table[j] == (None if expected is None else pytest.approx(expected, rel=1e-12, abs=0.0)), \
+                (trial, n, table, measured)
+    assert min(checked.values()) > 20, checked  # every rule of the table was exercised
+
+
+def test_a_round_with_nothing_to_draft_is_priced_as_one_plain_step(sv):
+    """``choose`` with every cap 0 (a lookup that found nothing) takes a short path: k = 0, predicted
+    as one token a sequence for the plain eval's measured median (here c(1) of 1.0-1.4 s: median 1.2)
+    plus the round's other work (median 0.1 s) -- what the full pricing's plain candidate is."""
+    model = _auto(sv, k_max=4)
+    for seconds in (1.0, 1.4, 1.2, 1.3, 1.1):
+        model.record(1, 0, 0, (0.0, seconds, 0.1), [(0, 0, 0, 0)])
+    k, (tokens, seconds) = model.choose([0], [0])
+    assert k == 0 and tokens == 1.0 and seconds == pytest.approx(1.2 + 0.1)
+    assert model.choose([0, 1], [0, 0]) == (0, None)  # a batch of 2 has no curve of its own yet
+    # The full pricing's plain candidate, from its own parts: the same tokens and seconds.
+    full_tokens, reaches = model.expected_tokens([0], [0])
+    full_cost = model._expected_target_costs(1, reaches, model._measured(1))
+    assert (full_tokens[0], full_cost[0] + 0.1) == (tokens, pytest.approx(seconds))

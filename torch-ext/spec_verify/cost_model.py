@@ -342,9 +342,12 @@ class AutoCost:
                 self._medians.pop(("costs", batch), None)
         if k_asked:
             drafts = self._draft[(batch, k_asked)]
+            grew = len(drafts) < self.window  # the fit weighs each k's median by its samples
             drafts.append(draft_s)
-            self._draft_median[(batch, k_asked)] = statistics.median(drafts)
-            self._medians.pop(("draft", batch), None)
+            median = statistics.median(drafts)
+            if grew or self._draft_median.get((batch, k_asked)) != median:  # else the fit cannot move
+                self._draft_median[(batch, k_asked)] = median
+                self._medians.pop(("draft", batch), None)
             if looked_ahead:
                 self._look_ahead[batch].append(draft_s)
                 self._medians.pop(("look", batch), None)
@@ -741,8 +744,15 @@ class AutoCost:
             # The baseline first: plain steps (no loss against plain decoding) until c(1) is a
             # median of _MIN_SAMPLES, so a first call's warm-up cannot make plain look slow.
             return 0, None
-        call, per_token = self._draft_cost(batch)
         c_other = self._median("other", batch, self._other) if self._other.get(batch) else 0.0
+        if max(caps) == 0:
+            # Nothing proposed (a lookup that found no match) or nothing left to draft: a plain step, the
+            # only candidate, priced as below with no draft and one token a sequence. Why a path of its
+            # own: it is a third of the choices on prose, and the full pricing is ~40 us of Python
+            # after an eval (DESIGN.md, "k = auto": the loop's own cost).
+            seconds = max(self._target_prices(batch)[0] + c_other, 1e-12)
+            return 0, (float(len(seqs)), seconds)
+        call, per_token = self._draft_cost(batch)
         tokens, reaches = self.expected_tokens(seqs, caps)
         costs = self._expected_target_costs(batch, reaches, self._measured(batch))
 
@@ -866,6 +876,50 @@ class AutoCost:
             return 0.0
         return max(0.0, statistics.median(self._after[(batch, max(sizes))]) - measured[1])
 
+    def _target_prices(self, batch: int, measured: dict | None = None) -> list:
+        """``_price_table``, kept until ``record`` moves a median (``measured``: ``_measured(batch)``)."""
+        key = ("costs", batch)
+        if key not in self._medians:  # c(j + 1) and its aftermath, or None: priced once per new sample
+            self._medians[key] = self._price_table(batch, self._measured(batch) if measured is None else measured)
+        return self._medians[key]
+
+    def _price_table(self, batch: int, measured: dict) -> list:
+        """``[c_target(j + 1) + its aftermath for j > 0, or None]`` for ``j`` in ``0 .. k_max``: every size at once.
+
+        ``target_cost`` and ``_aftermath`` of each size, in one pass over the sorted sizes (tested
+        equal, size by size). Why not a call of each per size: the table is rebuilt whenever a
+        sample moves a median -- most rounds that look -- and 2 (k_max + 1) calls, each scanning
+        the measured sizes and sorting an aftermath's samples, were half of ``choose``'s time (~20
+        of ~43 us warm; choices replayed from the shipped pair's cells on llama.cpp), paid after an
+        eval has evicted the caches (DESIGN.md, "k = auto": the loop's own cost).
+        """
+        sizes = sorted(measured)
+        if not sizes:
+            return [None] * (self.k_max + 1)
+        longest, reach = sizes[-1], max(2, 2 * sizes[-1] - 1)
+        base = measured.get(1)
+        after = sorted((n, statistics.median(samples)) for (b, n), samples in self._after.items()
+                       if b == batch and samples) if base is not None else []
+        out, below, a = [], -1, -1  # below: the last measured size < positions; a: the last aftermath size <= it
+        for positions in range(1, self.k_max + 2):
+            while below + 1 < len(sizes) and sizes[below + 1] < positions:
+                below += 1
+            while a + 1 < len(after) and after[a + 1][0] <= positions:
+                a += 1
+            if positions in measured:
+                c = measured[positions]
+            elif longest < positions <= reach:
+                c = measured[longest]  # optimistic past the longest: see target_cost
+            elif below < 0 or below + 1 >= len(sizes):
+                c = None  # nothing measured below, or above
+            else:
+                lo, hi = sizes[below], sizes[below + 1]
+                c = measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
+            if c is not None and positions > 1 and a >= 0:
+                c += max(0.0, after[a][1] - base)
+            out.append(c)
+        return out
+
     def _expected_target_costs(self, batch: int, reaches: list, measured: dict, fill: float | None = None) -> list:
         """``E[c_target(W + 1)]`` for every ``k`` in ``0 .. k_max`` (None: unpriced), ``W = max_b min(k, cap_b, proposed_b)``.
 
@@ -886,12 +940,7 @@ class AutoCost:
             ge = rows[0]  # one sequence: P(W >= j) is its own
         else:
             ge = [1.0] + [1.0 - math.prod(1.0 - row[j] for row in rows) for j in range(1, self.k_max + 1)]
-        key = ("costs", batch)
-        if key not in self._medians:  # c(j + 1) and its aftermath, or None: priced once per new sample
-            costs = [self.target_cost(batch, j + 1, measured) for j in range(self.k_max + 1)]
-            self._medians[key] = [c if c is None or j == 0 else c + self._aftermath(batch, j + 1, measured)
-                                  for j, c in enumerate(costs)]
-        cost = self._medians[key]
+        cost = self._target_prices(batch, measured)
         if fill is not None:
             cost = [fill if c is None else c for c in cost]
         out, head, priced = [], 0.0, True  # head: sum_{j<k} (G_j - G_{j+1}) c(j+1); priced: no None in it
