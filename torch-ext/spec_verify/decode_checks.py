@@ -156,14 +156,21 @@ def _check_has_values(value: torch.Tensor, where: str, what: str) -> None:
         raise ValueError(f"{where} returned {what} as a meta tensor, which holds no values")
 
 
+def usual_rows(value, lead: tuple) -> bool:
+    """``check_rows``'s usual case, in one test: a plain float32/16/bf16 tensor ``[*lead, V]`` with values.
+
+    The target's rows are checked right after its eval has evicted the caches, where each tensor
+    attribute read costs microseconds (~8 us saved a round on Zen 2; DESIGN.md, "k = auto": the
+    loop's own cost), and a caller that tests this first builds no error message it will not use.
+    Anything else, subclasses included, takes ``check_rows``'s checks, which name what is wrong.
+    """
+    return type(value) is torch.Tensor and value.dtype in _ROW_DTYPES and value.shape[:-1] == lead \
+        and not value.is_meta
+
+
 def check_rows(value, where: str, what: str, lead: tuple, expected: str) -> torch.Tensor:
     """A callback's float rows ``[*lead, V]``, or an error naming the callback and ``what``."""
-    # The usual case first, in one test: the target's rows are checked right after its eval has
-    # evicted the caches, where each tensor attribute read costs microseconds (~8 us saved a
-    # round on Zen 2; DESIGN.md, "k = auto": the loop's own cost). Anything else, subclasses
-    # included, takes the checks below, which name what is wrong.
-    if type(value) is torch.Tensor and value.dtype in _ROW_DTYPES and value.shape[:-1] == lead \
-            and not value.is_meta:
+    if usual_rows(value, lead):
         return value
     layout = "[rows, V]" if len(lead) == 1 else "[sequences, rows, V]"
     if not isinstance(value, torch.Tensor):
