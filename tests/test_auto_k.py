@@ -37,6 +37,12 @@ def _auto(sv, k_max=8):
     return sv.SpeculativeDecoder(draft, lambda p, t: None, k="auto", k_max=k_max).auto
 
 
+def _no_stale_checks(sv, monkeypatch) -> None:
+    """Switch ``AutoCost._stale`` off (no candidate is ever that close): for controls that show what one
+    mechanism alone does, which a stale check (once ``_STALE_OLD`` rounds on) would otherwise also try."""
+    monkeypatch.setattr(sys.modules[sv.AutoCost.__module__], "_STALE_CLOSE", 2.0)
+
+
 def _drive(model, cost, accept, rounds: int, seq=0, caps=8) -> list:
     """Rounds of choose/record on cost(n) seconds per eval of n; accept(round) -> draft tokens kept."""
     chosen = []
@@ -337,6 +343,7 @@ def test_a_draft_pool_measured_where_it_did_not_pay_ages_over_plain_rounds(sv, m
     assert sum(k > 0 for k in first[20:]) <= 8  # where it does not pay, tried at most 1 round in 10
     assert 8 in second[:30] and second[-20:] == [8] * 20  # tried again soon, and kept where it pays
     monkeypatch.setattr(sys.modules[sv.AutoCost.__module__], "_POOL_IDLE_DECAY", 1.0)
+    _no_stale_checks(sv, monkeypatch)
     first, second = run()
     assert sum(k > 0 for k in first[20:]) == 0 and second == [0] * 150  # the control: never tried again
 
@@ -962,7 +969,8 @@ def test_a_try_is_priced_with_the_plain_step_after_it(sv):
         if keeps_trying:
             assert tries[10:] == [1] * 30
         else:
-            assert sum(tries) <= 4 and tries[10:] == [0] * 30
+            # (but for one stale check, AutoCost._stale: k = 1's last sample is 64 rounds old by then)
+            assert sum(tries) <= 5 and sum(tries[10:]) <= 1
 
 
 def test_the_plain_eval_after_a_try_is_not_a_sample_of_c1(sv):
@@ -1282,3 +1290,54 @@ def test_a_round_with_nothing_to_draft_is_priced_as_one_plain_step(sv):
     full_tokens, reaches = model.expected_tokens([0], [0])
     full_cost = model._expected_target_costs(1, reaches, model._measured(1))
     assert (full_tokens[0], full_cost[0] + 0.1) == (tokens, pytest.approx(seconds))
+
+
+def test_a_price_taken_in_a_slow_moment_is_measured_again(sv, monkeypatch):
+    """A size priced in a slow moment is never chosen again, so never sampled again (``AutoCost._stale``):
+    here k = 1 (every draft token kept: 2 tokens) costs 1.1 s an eval, but 5 of its 9 samples were taken
+    while the machine was busy elsewhere (2.2 s), so its median, 2.2 s, loses to plain (2 tokens for 2.2
+    s against 1 for 1.0). Its fastest sample would win, so after 16 recorded rounds it is chosen once
+    more; that sample, half the price, replaces the old ones, and k = 1 is kept. The control, without
+    the check (a closeness no candidate reaches), stays plain for good."""
+    def run():
+        model, chosen, twos = _auto(sv, k_max=1), [], 0
+        for r in range(120):
+            k, _ = model.choose([0], [1])
+            if k:
+                twos += 1
+            slow = k and 4 < twos <= 9  # the 5th to 9th 2-position evals: the slow moment
+            model.record(1, k, k, (0.0, (2.2 if slow else 1.1) if k else 1.0, 0.0), [(0, k, k, k)])
+            chosen.append(k)
+        return chosen
+
+    chosen = run()
+    print(f"\nslow moment: k per round {chosen}")
+    first_plain = chosen.index(0, 3)  # priced out after the slow moment
+    back = chosen.index(1, first_plain)
+    assert chosen[first_plain:back] == [0] * (back - first_plain) and back - first_plain <= 17
+    assert chosen[-60:] == [1] * 60
+    _no_stale_checks(sv, monkeypatch)
+    control = run()
+    assert control[first_plain:] == [0] * (120 - first_plain)
+
+
+def test_a_window_of_slow_samples_is_measured_again_once_it_is_old(sv, monkeypatch):
+    """Every sample of k = 1 taken in the slow moment (2.2 s; it costs 1.1 s): no fast sample says the
+    price is suspect, so it is checked once its last sample is _STALE_OLD (64) recorded rounds old, then
+    kept. The control, without stale checks, stays plain for good."""
+    def run():
+        model, chosen = _auto(sv, k_max=1), []
+        for r in range(200):
+            k, _ = model.choose([0], [1])
+            slow = r < 30  # the slow moment: every 2-position eval in it
+            model.record(1, k, k, (0.0, (2.2 if slow else 1.1) if k else 1.0, 0.0), [(0, k, k, k)])
+            chosen.append(k)
+        return chosen
+
+    chosen = run()
+    print(f"\nslow window: k per round {chosen}")
+    last_slow = max(r for r in range(30) if chosen[r])  # k = 1's last sample in the slow moment
+    back = chosen.index(1, last_slow + 1)
+    assert 64 <= back - last_slow <= 64 + 16 and chosen[-100:] == [1] * 100
+    _no_stale_checks(sv, monkeypatch)
+    assert run()[last_slow + 1:] == [0] * (199 - last_slow)

@@ -97,6 +97,11 @@ _PRIOR_ALPHA = 0.5  # acceptance assumed at position 0 before any evidence
 _PRIOR_REACH = 1.0  # a draft is assumed to propose all it is asked, before any evidence
 _MIN_SAMPLES = 3  # plain steps measured before any speculation; samples before one size's median is trusted
 _CLOSE = 0.8  # the next size up, predicted within this factor of the best, is measured again
+_STALE_CLOSE = 0.7  # a stale check (_stale) chooses a size predicted within this factor of the chosen one
+_STALE_FIRST = 16  # recorded rounds between stale checks, and since the checked size's last sample (doubling ...
+_STALE_MAX = 256  # ... up to this while the checks find the prices right)
+_STALE_OLD = 64  # ... or whose last sample is this many recorded rounds old, whatever its samples say
+_STALE_DROP = 0.8  # a checked size's new sample below this share of its price: its older samples are dropped
 _GAP_CLOSE = 0.9  # a never-measured size between measured ones, predicted within this factor of the best, is tried once
 _JUMP = 2.0  # stalled at plain, a size past the doubling's reach predicting this many plain steps' rate is tried once
 _PRIOR_WEIGHT = 0.25  # its weight, in rounds' worth of evidence: evidence soon outweighs it
@@ -218,6 +223,13 @@ class AutoCost:
         # the positions of the last eval this model saw (record; a resting round is a plain step).
         self._after: dict = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self._last_positions = 1
+        # Stale prices (_stale): rounds recorded so far; per (batch size, positions), the round of its last
+        # sample and the rounds to wait before it is measured again; the size a stale check chose.
+        self._rounds = 0
+        self._sampled_at: dict = {}
+        self._last_check: dict = collections.defaultdict(int)  # batch size -> the round of its last stale check
+        self._stale_wait: dict = collections.defaultdict(lambda: _STALE_FIRST)  # batch size -> rounds
+        self._checking = None
 
     # -- measurements ------------------------------------------------------------
 
@@ -328,13 +340,19 @@ class AutoCost:
         """
         draft_s, target_s, rest_s = seconds
         after, self._last_positions = self._last_positions, drafted + 1
+        self._rounds += 1
         if drafted == 0 and after > 1:
             # A plain eval right after a longer one: the longer round's aftermath, not c(1) (_aftermath).
             self._after[(batch, after)].append(target_s)
             self._medians.pop(("costs", batch), None)
         else:
-            samples = self._target[(batch, drafted + 1)]
+            size = (batch, drafted + 1)
+            samples = self._target[size]
+            if self._checking == size and samples and target_s < _STALE_DROP * self._raw.get(size, target_s):
+                samples.clear()  # a stale price, well above what it costs now: the old samples go (_stale)
+                self._stale_wait[batch] = _STALE_FIRST
             samples.append(target_s)
+            self._sampled_at[size] = self._rounds
             median = statistics.median(samples)  # one size's median: the others' did not move
             if self._raw.get((batch, drafted + 1)) != median:
                 self._raw[(batch, drafted + 1)] = median
@@ -785,7 +803,50 @@ class AutoCost:
                 self._retries[size] += 1
         if chosen is best:
             chosen = self._gap(batch, candidates, best)
+        self._checking = None
+        if chosen is best:
+            chosen = self._stale(batch, candidates, best)
         return -chosen[1], (chosen[2], chosen[3])
+
+    def _stale(self, batch: int, candidates: list, best: tuple) -> tuple:
+        """The best candidate, or another ``k > 0`` whose price is stale, chosen once to measure it again.
+
+        Why: a size's price is the median of its last ``window`` samples, and a size priced out is
+        never sampled again, so a price taken in a slow moment lasts. The shipped pair's draft
+        model on llama.cpp, the bench's 15-pass cells (Intel Xeon): input-grounded, one decode at
+        0.6 of the others' speed left ``c(2)`` at 4.0 ms (2.0 ``c(1)``; 2.4-2.9 before it), ``k = 1``
+        lost to plain at that price, and the next 11 decodes ran 64 plain steps each where ``k = 1``
+        ran 1.22x plain; in open prose ``c(3)`` kept a 4.2-4.8 ms price (fixed ``k = 2``'s evals:
+        ~2.5 ms), and auto ran ``k = 1`` at 0.72 of ``k = 2``. So ``wait`` recorded rounds after the
+        last check, the best candidate other than the chosen one, predicted within ``_STALE_CLOSE``
+        of it, whose size has not been sampled for ``wait`` rounds, and which priced at its own
+        fastest sample (not its median) would beat the chosen one or was last sampled ``_STALE_OLD``
+        rounds ago (in the same cell, rerun: a whole window of slow samples, ``c(2)`` = ``c(3)`` =
+        3.8 ms, kept auto plain for 25 decodes), is chosen once; a sample below
+        ``_STALE_DROP`` of its price replaces the size's old samples (``record``) and sets ``wait``
+        back to 16; else ``wait`` doubles (16 .. 256). What checks cost where the prices are right:
+        one round at ``_STALE_CLOSE`` of the best rate or better every ``wait`` rounds, under 2% at
+        the first wait, falling.
+        """
+        wait = self._stale_wait[batch]
+        if self._rounds - self._last_check[batch] < wait:
+            return best
+        for c in sorted(candidates, reverse=True):
+            if c[0] < _STALE_CLOSE * best[0]:
+                break
+            size = (batch, -c[1] + 1)
+            age = self._rounds - self._sampled_at.get(size, self._rounds)
+            if c is best or not c[1] or age < wait:
+                continue
+            # Suspect a price its own fastest sample would overturn (priced so, it beats the best), or one
+            # whose samples are all _STALE_OLD rounds old (a window of slow samples has no fast one).
+            seconds = c[3] - (self._raw[size] - min(self._target[size]))
+            if age >= _STALE_OLD or (seconds > 0 and c[2] / seconds > best[0]):
+                self._stale_wait[batch] = min(2 * wait, _STALE_MAX)
+                self._last_check[batch] = self._rounds
+                self._checking = size
+                return c
+        return best
 
     def _jump(self, batch: int, reaches: list, candidate, best: tuple, first: int):
         """A size past the doubling's reach worth one try, as a candidate, or None.
