@@ -825,8 +825,9 @@ class AutoCost:
         3.8 ms, kept auto plain for 25 decodes), is chosen once; a sample below
         ``_STALE_DROP`` of its price replaces the size's old samples (``record``) and sets ``wait``
         back to 16; else ``wait`` doubles (16 .. 256). What checks cost where the prices are right:
-        one round at ``_STALE_CLOSE`` of the best rate or better every ``wait`` rounds, under 2% at
-        the first wait, falling.
+        nothing while a size's window agrees with itself and is recent; then one round at
+        ``_STALE_CLOSE`` of the best rate or better per ``wait`` (the simulations, which have no
+        slow moments: 0.1-0.7% lower; DESIGN.md, "A price taken in a slow moment is checked again").
         """
         wait = self._stale_wait[batch]
         if self._rounds - self._last_check[batch] < wait:

@@ -301,10 +301,10 @@ class SpeculativeDecoder(_DecodeLoop):
 
         The same calls in the same order -- ``target_step(prefix, [])``, its rows checked, the
         verify op on them, the token committed, the same statistics -- without the batch's lists
-        and the layers between them. Why: they were ~30 us of Python a step, paid after an eval has
-        evicted the caches, on a tiny model's ~2.3 ms step (the shipped pair on llama.cpp, Intel
-        Xeon: 150 against 119 us a token over the eval for the same calls in a bare loop; DESIGN.md,
-        "k = auto": the loop's own cost).
+        and the layers between them. Why: every Python call here is paid after an eval has evicted
+        the caches, on a tiny model's ~2.3 ms step (the shipped pair on llama.cpp, Intel Xeon: 150
+        -> 142 us a token over the eval, against 119 for the same torch calls in a bare loop;
+        DESIGN.md, "k = auto": the loop's own cost).
         """
         seq, stats = sequences[active[0]], self.stats
         no_draft = self._first_tokens(self._no_draft(1))
