@@ -341,3 +341,27 @@ def test_adapter_pair_refuses_different_vocabularies(sv):
         sv.hf_batched_step_pair(draft, target)
     with pytest.raises(ValueError, match=r"pad_token_id must be an int >= 0"):
         sv.HFBatchedCausalLM(target, pad_token_id=-1)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+@pytest.mark.parametrize("with_eos", [False, True])
+def test_a_plain_step_alone_is_the_batched_loops_plain_step(sv, greedy, with_eos):
+    """``SpeculativeDecoder._plain_round`` writes the loop's plain step out for a batch of one (the Python
+    it saves after each eval): at ``k = 0`` it must emit what the batched loop emits for that sequence,
+    greedy and sampled (the same generator: one uniform a step either way), stopping at the same
+    end-of-sequence id (greedy: the chain's 10th new token), with the same statistics."""
+    tables = Tables()
+    batched = BatchedTables(tables)
+    prompt = torch.tensor([1, 2])
+    eos = tables.greedy_chain([1, 2], 40)[2 + 9] if with_eos else None
+    alone = sv.SpeculativeDecoder(tables.draft_step, tables.target_step, k=0, greedy=greedy, eos_token_id=eos,
+                                  generator=torch.Generator().manual_seed(7))
+    batch = sv.BatchedSpeculativeDecoder(batched.draft_step, batched.target_step, k=0, greedy=greedy,
+                                         eos_token_id=eos, generator=torch.Generator().manual_seed(7))
+    out = alone.generate(prompt, max_new=40)
+    assert out.tolist() == batch.generate([prompt], max_new=40)[0].tolist()
+    fields = ("rounds", "batch_rounds", "drafted", "accepted", "histogram", "per_round", "k_per_round",
+              "new_tokens", "stopped_by")
+    assert {f: getattr(alone.stats, f) for f in fields} == {f: getattr(batch.stats, f) for f in fields}
+    if greedy:
+        assert alone.stats.stopped_by == ("eos" if with_eos else "max_new")

@@ -80,6 +80,7 @@ Only the Python standard library is imported here.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import collections.abc
 import json
@@ -354,8 +355,8 @@ class AutoCost:
             samples.append(target_s)
             self._sampled_at[size] = self._rounds
             median = statistics.median(samples)  # one size's median: the others' did not move
-            if self._raw.get((batch, drafted + 1)) != median:
-                self._raw[(batch, drafted + 1)] = median
+            if self._raw.get(size) != median:
+                self._raw[size] = median
                 self._medians.pop(("target", batch), None)
                 self._medians.pop(("costs", batch), None)
         if k_asked:
@@ -646,31 +647,21 @@ class AutoCost:
     def target_cost(self, batch: int, positions: int, measured: dict | None = None):
         """Estimated seconds of a target eval of ``positions`` (None: not to be tried yet).
 
-        ``measured``: ``_measured(batch)``, when the caller prices many sizes at once.
+        ``measured``: ``_measured(batch)``, when the caller prices many sizes at once. The rule
+        (``_priced``): a measured size its own cost; a size between two measured ones interpolated;
+        a size past the longest measured one, up to twice it less one, the longest's cost --
+        optimistic, at least what the longest costs. Explored so, by doubling the draft tokens (n =
+        2, 3, 5, 9, 17: k = 1, 2, 4, 8, 16), a short generation reaches k_max in a few rounds, a
+        steep curve (llama.cpp computing every logits row) costs a step or two, and a step in a
+        curve (transformers' GEMM blocking at 4 rows) is explored past. Why k, not n (2, 4, 8, 9
+        before): the gap below a step was interpolated from the step -- transformers' c(3) = 1.17
+        priced at 1.46 from c(2) and c(4) = 1.94 -- and a decoder that drafts exactly the k it
+        chose (looking ahead) never measured it (bench_auto, transformers Gemma, grounded sampled:
+        1.39x plain against 1.52x). Beyond that, None.
         """
         if measured is None:
             measured = self._measured(batch)
-        if positions in measured:
-            return measured[positions]
-        if not measured:
-            return None
-        longest = max(measured)
-        if longest < positions <= max(2, 2 * longest - 1):
-            # Optimistic: at least the longest measured eval's cost. Explored by doubling the draft
-            # tokens (n = 2, 3, 5, 9, 17: k = 1, 2, 4, 8, 16): a short generation reaches k_max in a few rounds,
-            # a steep curve (llama.cpp computing every logits row) costs a step or two, and a step in
-            # a curve (transformers' GEMM blocking at 4 rows) is explored past. Why k, not n (2, 4, 8,
-            # 9 before): the gap below a step was interpolated from the step -- transformers' c(3) =
-            # 1.17 priced at 1.46 from c(2) and c(4) = 1.94 -- and a decoder that drafts exactly the k
-            # it chose (looking ahead) never measured it (bench_auto, transformers Gemma, grounded
-            # sampled: 1.39x plain against 1.52x).
-            return measured[longest]
-        below = [n for n in measured if n < positions]
-        above = [n for n in measured if n > positions]
-        if not below or not above:
-            return None
-        lo, hi = max(below), min(above)
-        return measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
+        return _priced(measured, sorted(measured), positions)
 
     def _measured(self, batch: int) -> dict:
         """``{positions: seconds}`` of the target evals measured at ``batch`` (kept until a median moves).
@@ -933,10 +924,12 @@ class AutoCost:
         """
         if positions == 1 or 1 not in measured:
             return 0.0
-        sizes = [n for (b, n), samples in self._after.items() if b == batch and samples and n <= positions]
-        if not sizes:
-            return 0.0
-        return max(0.0, statistics.median(self._after[(batch, max(sizes))]) - measured[1])
+        return _after_price(self._after_medians(batch), positions, measured[1])
+
+    def _after_medians(self, batch: int) -> tuple:
+        """``(sizes, medians)``: the sizes with plain evals measured right after them, sorted, and those medians."""
+        after = sorted((n, statistics.median(samples)) for (b, n), samples in self._after.items() if b == batch and samples)
+        return [n for n, _ in after], [m for _, m in after]
 
     def _target_prices(self, batch: int, measured: dict | None = None) -> list:
         """``_price_table``, kept until ``record`` moves a median (``measured``: ``_measured(batch)``)."""
@@ -948,37 +941,21 @@ class AutoCost:
     def _price_table(self, batch: int, measured: dict) -> list:
         """``[c_target(j + 1) + its aftermath for j > 0, or None]`` for ``j`` in ``0 .. k_max``: every size at once.
 
-        ``target_cost`` and ``_aftermath`` of each size, in one pass over the sorted sizes (tested
-        equal, size by size). Why not a call of each per size: the table is rebuilt whenever a
-        sample moves a median -- most rounds that look -- and 2 (k_max + 1) calls, each scanning
-        the measured sizes and sorting an aftermath's samples, were half of ``choose``'s time (~20
+        ``target_cost`` and ``_aftermath`` of each size (their rules: ``_priced``, ``_after_price``;
+        tested equal, size by size), with the sizes sorted and the aftermaths' medians taken once.
+        Why not a call of each per size: the table is rebuilt whenever a sample moves a median --
+        most rounds that look -- and 2 (k_max + 1) calls, each scanning the measured sizes and
+        sorting an aftermath's samples, were half of ``choose``'s time (~20
         of ~43 us warm; choices replayed from the shipped pair's cells on llama.cpp), paid after an
         eval has evicted the caches (DESIGN.md, "k = auto": the loop's own cost).
         """
-        sizes = sorted(measured)
-        if not sizes:
-            return [None] * (self.k_max + 1)
-        longest, reach = sizes[-1], max(2, 2 * sizes[-1] - 1)
-        base = measured.get(1)
-        after = sorted((n, statistics.median(samples)) for (b, n), samples in self._after.items()
-                       if b == batch and samples) if base is not None else []
-        out, below, a = [], -1, -1  # below: the last measured size < positions; a: the last aftermath size <= it
+        sizes, base = sorted(measured), measured.get(1)
+        after = self._after_medians(batch) if base is not None else ([], [])
+        out = []
         for positions in range(1, self.k_max + 2):
-            while below + 1 < len(sizes) and sizes[below + 1] < positions:
-                below += 1
-            while a + 1 < len(after) and after[a + 1][0] <= positions:
-                a += 1
-            if positions in measured:
-                c = measured[positions]
-            elif longest < positions <= reach:
-                c = measured[longest]  # optimistic past the longest: see target_cost
-            elif below < 0 or below + 1 >= len(sizes):
-                c = None  # nothing measured below, or above
-            else:
-                lo, hi = sizes[below], sizes[below + 1]
-                c = measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
-            if c is not None and positions > 1 and a >= 0:
-                c += max(0.0, after[a][1] - base)
+            c = _priced(measured, sizes, positions)
+            if c is not None and positions > 1:
+                c += _after_price(after, positions, base)
             out.append(c)
         return out
 
@@ -1108,6 +1085,32 @@ def _pool_counts(entry):
 def _context_of(seq):
     """The context of an evidence key ``(b, context)``; ``_DRAFT_POOL`` for a plain sequence key."""
     return seq[1] if isinstance(seq, tuple) and len(seq) == 2 else _DRAFT_POOL
+
+
+def _priced(measured: dict, sizes: list, positions: int):
+    """``target_cost``'s rule: a size's seconds from the measured curve (``sizes``: ``sorted(measured)``),
+    or None (not to be tried yet). Measured: its own; past the longest, up to twice it less one: the
+    longest's (why: ``AutoCost.target_cost``); between two measured sizes: interpolated."""
+    if positions in measured:
+        return measured[positions]
+    if not sizes:
+        return None
+    longest = sizes[-1]
+    if longest < positions <= max(2, 2 * longest - 1):
+        return measured[longest]
+    i = bisect.bisect_left(sizes, positions)  # sizes[:i] are below, sizes[i:] above
+    if i == 0 or i == len(sizes):
+        return None
+    lo, hi = sizes[i - 1], sizes[i]
+    return measured[lo] + (measured[hi] - measured[lo]) * (positions - lo) / (hi - lo)
+
+
+def _after_price(after: tuple, positions: int, base: float) -> float:
+    """``_aftermath``'s rule: the aftermath of the largest size at most ``positions`` with one measured
+    (``after``: ``_after_medians``), less ``c(1)`` (``base``), never below 0; none such: 0."""
+    sizes, medians = after
+    i = bisect.bisect_right(sizes, positions)
+    return max(0.0, medians[i - 1] - base) if i else 0.0
 
 
 def _affine(points: list) -> tuple:

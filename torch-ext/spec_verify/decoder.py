@@ -31,7 +31,11 @@ The loop itself is the batched decoder's (``batched_decoder._DecodeLoop``),
 run over a batch of one: this class supplies the single-sequence phases
 above, whose callbacks see one prefix, and ``BatchedSpeculativeDecoder``
 the batched ones. One loop, so the two cannot drift apart: the same budget
-per round, the same commit, the same statistics.
+per round, the same commit, the same statistics. The one phase written out
+here is a plain step (``_plain_round``): the loop's, inlined for a batch of
+one, the same calls in the same order, for the Python it saves after each
+eval (``tests/test_batched_decoder.py`` holds both loops' plain steps to the same
+output and statistics).
 
 Rows: probabilities, or logits under a declared warping
 -------------------------------------------------------
